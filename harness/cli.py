@@ -1,0 +1,198 @@
+"""`python -m harness`: run | list | report.
+
+Every usage error is one line on stderr and exit code 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from variants.catalog import CATALOG, REFERENCE, CatalogEntry
+from variants.spec import VariantSpec, parse_override, with_overrides
+
+from .envs import ENV_IDS
+from .profiles import PROFILES, budget_for
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _split_names(text: str, valid: Sequence[str], kind: str) -> list[str]:
+    if text.strip() == "all":
+        return list(valid)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        raise UsageError(f"unknown {kind} {', '.join(unknown) or repr(text)}; valid: all, {', '.join(valid)}")
+    return list(dict.fromkeys(names))
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _resolve_device(choice: str) -> str:
+    import torch
+
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is visible to torch (install a CUDA build of torch; see README)")
+    return choice
+
+
+def apply_overrides(assignments: Sequence[str], variants: dict[str, CatalogEntry]) -> tuple[dict, dict[str, CatalogEntry]]:
+    """Parse `--set KEY=VALUE` items and apply them to every chosen variant."""
+    overrides = {}
+    for item in assignments:
+        try:
+            key, value = parse_override(item)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        overrides[key] = value
+    out = {}
+    for name, entry in variants.items():
+        try:
+            out[name] = CatalogEntry(entry.description, with_overrides(entry.spec, overrides))
+        except ValueError as exc:
+            raise UsageError(f"--set: {exc}") from None
+    return overrides, out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m harness", description="sacbench: which SAC implementation details matter")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="train a grid of variants x envs x seeds")
+    run.add_argument("--variants", required=True, help="comma-separated catalog names, or all")
+    run.add_argument("--envs", default="all", help="comma-separated gymnasium ids, or all (default)")
+    run.add_argument("--seeds", type=_positive_int("--seeds"), default=5, help="seeds 0..N-1 (default 5)")
+    run.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps per run (default: the profile's)")
+    run.add_argument("--profile", default="quick", help=f"budget profile: {', '.join(PROFILES)} (default quick)")
+    run.add_argument("--out", default="results/latest", help="results folder (default results/latest)")
+    run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a spec field for every variant (repeatable)")
+    run.add_argument("--workers", type=_positive_int("--workers"), default=os.cpu_count() or 1,
+                     help="parallel worker processes on CPU (default: number of cores)")
+    run.add_argument("--members", type=_positive_int("--members"), default=None,
+                     help="seeds trained together as members of one batched learner (default: 1 on CPU, all on CUDA)")
+    run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
+    run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
+    run.add_argument("--no-report", action="store_true", help="do not build a report at the end")
+
+    sub.add_parser("list", help="variants, environments and profiles")
+
+    report = sub.add_parser("report", help="statistical report of a results folder")
+    report.add_argument("results", help="results folder, e.g. results/latest")
+    report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
+    return parser
+
+
+def cmd_list() -> int:
+    print("Variants (differences from reference):")
+    for name, entry in CATALOG.items():
+        diff = entry.spec.differences(REFERENCE)
+        changes = ", ".join(f"{k}={v[0]}" for k, v in diff.items()) or "-"
+        print(f"  {name:14s} {entry.description}")
+        print(f"  {'':14s} fields: {changes}")
+    print("Environments:")
+    for env_id in ENV_IDS:
+        print(f"  {env_id}")
+    print("Profiles (env steps per run):")
+    for p in PROFILES.values():
+        steps = ", ".join(f"{k} {v:,}" for k, v in p.steps.items())
+        print(f"  {p.name:6s} {p.description}  [{steps}; {p.eval_episodes} eval episodes]")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from . import grid
+
+    variant_names = _split_names(args.variants, list(CATALOG), "variant")
+    envs = _split_names(args.envs, list(ENV_IDS), "env")
+    if args.profile not in PROFILES:
+        raise UsageError(f"unknown profile {args.profile!r}; valid: {', '.join(PROFILES)}")
+    overrides, variants = apply_overrides(args.overrides, {n: CATALOG[n] for n in variant_names})
+    device = _resolve_device(args.device)
+    members = args.members or (args.seeds if device == "cuda" else 1)
+    out = Path(args.out)
+    problem = grid.check_writable(out)
+    if problem:
+        raise UsageError(problem)
+    request = grid.GridRequest(
+        variants=variants, overrides=overrides, envs=envs, seeds=list(range(args.seeds)),
+        budgets={e: budget_for(args.profile, e, args.steps) for e in envs}, out=out, device=device,
+        members=members, command=("python", "-m", "harness", *argv),
+    )
+    try:
+        jobs, skipped = grid.plan(request, fresh=args.fresh)
+    except grid.ConfigConflict as exc:
+        raise UsageError(str(exc)) from None
+    runs = len(variants) * len(envs) * args.seeds
+    workers = 1 if device == "cuda" else args.workers
+    eta = grid.estimate_seconds(jobs, workers)
+    print(f"grid: {len(variants)} variants x {len(envs)} envs x {args.seeds} seeds = {runs} runs "
+          f"({skipped} already finished, {len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
+          f"estimated {eta / 60:.1f} min", flush=True)
+    grid.execute(jobs, workers)
+    rows = grid.collect_runs(out)
+    grid.write_runs_csv(out, rows)
+    counts = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    print("run states: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; runs.csv in {out}")
+    if not args.no_report:
+        cmd_report(out, None)
+    bad = sum(v for k, v in counts.items() if k != "complete")
+    return 1 if args.strict and bad else 0
+
+
+def cmd_report(results: Path, out: Path | None) -> int:
+    try:
+        from .report import report_command
+    except ImportError:
+        print("report: the report module is not available in this checkout", file=sys.stderr)
+        return 2
+    out = out or Path("reports") / Path(results).resolve().name
+    return report_command(Path(results), Path(out))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "list":
+            return cmd_list()
+        if args.command == "run":
+            return cmd_run(args, argv)
+        if args.command == "report":
+            if not Path(args.results).is_dir():
+                raise UsageError(f"report: no results folder at {args.results}")
+            return cmd_report(Path(args.results), Path(args.out) if args.out else None)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume: finished runs are kept", file=sys.stderr)
+        return 130
+    return 2

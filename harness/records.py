@@ -1,0 +1,116 @@
+"""Run records on disk: atomic writes, the run folder layout, provenance. See results/README.md."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+EVAL_COLUMNS = ("env_step", "return_mean", "return_std", "episodes")
+TRAIN_COLUMNS = ("env_step", "episode_return", "episode_length")
+RUNS_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s")
+STATES = ("complete", "failed", "diverged")
+
+
+def run_dir(out: Path, env_id: str, variant: str, seed: int) -> Path:
+    return Path(out) / "runs" / env_id / variant / f"seed_{seed}"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, fsync it, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_fmt(v) for v in row])
+    atomic_write_text(path, buf.getvalue())
+
+
+def _fmt(value: Any) -> Any:
+    if isinstance(value, float):
+        return repr(value)  # shortest round-trip text: same value, same bytes
+    return "" if value is None else value
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def finite_or_none(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def git_commit(cwd: Path | None = None) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).resolve().parent,
+            capture_output=True, text=True, timeout=5,
+        )
+        commit = out.stdout.strip()
+        if out.returncode != 0 or not commit:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd or Path(__file__).resolve().parent,
+            capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    import gymnasium
+    import numpy
+    import torch
+
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        own = version("sacbench")
+    except PackageNotFoundError:
+        own = "unknown"
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "gymnasium": gymnasium.__version__,
+        "sacbench": own,
+    }
+
+
+def platform_info() -> dict[str, str]:
+    return {"system": platform.system(), "machine": platform.machine(), "processor": platform.processor() or "unknown",
+            "cpu_count": str(os.cpu_count())}

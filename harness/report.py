@@ -1,0 +1,744 @@
+"""The report of one results folder: tables, figures and one offline HTML page.
+
+`build_report(results_dir, out_dir)` reads only run records (results/README.md) through
+`harness.stats`, never a learner, and writes into `out_dir`:
+
+    index.html          verdicts, each variant's differences from the reference, figures, protocol
+    runs.csv            one row per readable run (runs.csv's columns + reason)
+    summary.csv         IQM / mean / median / optimality gap with 95% bootstrap intervals
+    verdicts.csv        P(variant > reference) with its interval and the verdict
+    *.png               figures, linked from index.html by relative path
+
+Every file is written atomically (harness.records). `report_command` is the CLI entry point.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import re
+import sys
+import zlib
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import quote
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window; must precede pyplot's import
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from rliable import plot_utils  # noqa: E402
+
+from variants.catalog import CATALOG, REFERENCE  # noqa: E402
+from variants.spec import field_doc  # noqa: E402
+
+from . import normalization, records, stats  # noqa: E402
+
+REFERENCE_NAME = "reference"
+STATE_COLORS = {"complete": "#4c9a2a", "diverged": "#e69f00", "failed": "#d55e00"}
+VERDICT_CLASSES = {stats.BETTER: "better", stats.WORSE: "worse", stats.NO_DIFFERENCE: "nodiff"}
+DIAGNOSTIC_TITLES = {
+    "alpha": "alpha (entropy temperature)",
+    "entropy": "policy entropy  -mean(log pi)",
+    "q_mean": "mean Q(s, a)",
+    "critic_loss": "critic loss (sum of both MSEs)",
+    "saturation_fraction": "share of |tanh(u)| > 0.999",
+    "log_prob_gap": "log-prob gap (naive - softplus)",
+}
+LOG_SCALE_DIAGNOSTICS = ("alpha", "critic_loss")  # span orders of magnitude; log only when all > 0
+REPORT_PACKAGES = ("numpy", "pandas", "scipy", "rliable", "matplotlib", "seaborn")
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """What `build_report` wrote and what it found."""
+
+    out_dir: Path
+    index_html: Path
+    files: tuple[Path, ...]  # every file written, index.html included
+    n_runs: int  # readable runs (skipped folders excluded)
+    state_counts: dict[str, int]  # {state: runs}
+    warnings: tuple[str, ...]  # one line per skipped run folder
+
+
+# --- entry points --------------------------------------------------------------------------------
+
+
+def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME) -> int:
+    """CLI body of `python -m harness report RESULTS --out OUT`: build the report and say where it went.
+
+    Returns 0 on success, 2 (after one line on stderr, no traceback) when `results_dir` does not exist
+    or holds no run folder.
+    """
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
+    if not results_dir.is_dir():
+        print(f"error: results folder {results_dir} does not exist", file=sys.stderr)
+        return 2
+    if not stats.find_run_folders(results_dir):
+        print(f"error: {results_dir} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
+        return 2
+    summary = build_report(results_dir, out_dir, reference=reference)
+    for warning in summary.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    states = ", ".join(f"{n} {state}" for state, n in summary.state_counts.items() if n)
+    print(f"report: {summary.index_html} ({summary.n_runs} runs: {states or 'none readable'}; "
+          f"{len(summary.warnings)} folder(s) skipped)")
+    return 0
+
+
+def build_report(
+    results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME, reps: int = stats.DEFAULT_REPS
+) -> ReportSummary:
+    """Read the run records of `results_dir` and write the report into `out_dir` (see module doc)."""
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
+    if reps < 2000:
+        raise ValueError("reps must be at least 2000 for stable 95% intervals")
+    data = stats.scan_results(results_dir)
+    runs = data.runs
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    written.append(_write_runs_csv(out_dir / "runs.csv", runs))
+    summary = stats.summary_table(runs, reps)
+    written.append(_write_frame(out_dir / "summary.csv", summary))
+    verdicts = stats.verdict_table(runs, reference, reps=reps)
+    written.append(_write_frame(out_dir / "verdicts.csv", verdicts))
+
+    colors = variant_colors(runs["variant"].tolist(), reference)
+    curves = stats.iqm_learning_curves(data.eval_curves, runs, reps)
+    diagnostics = stats.mean_diagnostics(data.diagnostics)
+    figures = _draw_figures(out_dir, runs, summary, verdicts, curves, diagnostics, colors, reference, reps)
+    written.extend(out_dir / f.filename for f in figures)
+
+    page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, figures, reference, reps)
+    index = out_dir / "index.html"
+    records.atomic_write_text(index, page)
+    written.append(index)
+
+    counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
+    return ReportSummary(out_dir, index, tuple(written), len(runs), counts, tuple(data.warnings))
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: Python scalars (numpy's repr differs), NaN as empty."""
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return None if value != value else value
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _write_frame(path: Path, frame: pd.DataFrame) -> Path:
+    records.write_csv(path, list(frame.columns), ([_cell(v) for v in row] for row in frame.itertuples(index=False)))
+    return path
+
+
+def _write_runs_csv(path: Path, runs: pd.DataFrame) -> Path:
+    return _write_frame(path, runs[[*records.RUNS_COLUMNS, "reason"]])
+
+
+# --- colours and names in figures ------------------------------------------------------------------
+
+
+def variant_colors(variants: Sequence[str], reference: str = REFERENCE_NAME) -> dict[str, tuple[float, float, float]]:
+    """One fixed colour per variant: the reference near-black, catalog variants by catalog position (the
+    same colour in every report), other names after them in sorted order."""
+    palette = [*sns.color_palette("colorblind", 10), *sns.color_palette("dark", 10)]
+    catalog = [v for v in CATALOG if v != reference]
+    others = sorted(set(variants) - set(catalog) - {reference})
+    if len(catalog) + len(others) > len(palette):
+        palette += sns.color_palette("husl", len(catalog) + len(others) - len(palette))
+    colors = {name: tuple(palette[i]) for i, name in enumerate([*catalog, *others])}
+    colors[reference] = (0.13, 0.13, 0.13)
+    return {v: colors[v] for v in stats.variant_order(variants)}
+
+
+def _mpl(text: str) -> str:
+    """Text for matplotlib: a '$' would start mathtext (and a lone one fails to render)."""
+    return str(text).replace("$", r"\$")
+
+
+def file_slug(name: str) -> str:
+    """A file-name-safe form of `name`, suffixed with a hash when characters had to be replaced."""
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("._")[:60]
+    if slug != name:
+        slug = f"{slug}-{zlib.crc32(name.encode('utf-8')):08x}"
+    return slug
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """A figure written beside index.html."""
+
+    filename: str
+    section: str  # heading it goes under
+    title: str
+    caption: str
+
+
+def _save(fig: Figure, out_dir: Path, filename: str) -> None:
+    buffer = io.BytesIO()
+    # Software-only metadata: the same data gives the same PNG bytes.
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    records.atomic_write_bytes(out_dir / filename, buffer.getvalue())
+
+
+def _variant_legend(fig: Figure, variants: Sequence[str], colors: Mapping[str, Any], extra: Sequence[tuple[Any, str]] = ()) -> None:
+    handles = [Line2D([], [], color=colors[v], linewidth=2.5) for v in variants]
+    labels = [_mpl(v) for v in variants]
+    for handle, label in extra:
+        handles.append(handle)
+        labels.append(label)
+    if handles:
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
+                   frameon=False, fontsize="medium")
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def _draw_figures(
+    out_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame, curves: pd.DataFrame,
+    diagnostics: pd.DataFrame, colors: Mapping[str, Any], reference: str, reps: int,
+) -> list[FigureFile]:
+    figures: list[FigureFile] = []
+    envs = stats.env_order(runs["env"].tolist())
+    sns.set_theme(style="whitegrid", context="notebook")
+    try:
+        for env in envs:
+            figures += plot_learning_curves(out_dir, env, curves[curves["env"] == env], colors)
+        for metric in stats.RETURN_METRICS:
+            figures += plot_aggregate_intervals(out_dir, summary, metric, colors)
+        figures += plot_performance_profile(out_dir, runs, colors, reps)
+        figures += plot_probability_of_improvement(out_dir, verdicts, envs, colors, reference)
+        for env in envs:
+            figures += plot_diagnostics(out_dir, env, diagnostics[diagnostics["env"] == env], colors)
+        figures += plot_run_states(out_dir, runs, colors)
+    finally:
+        sns.reset_orig()  # leave matplotlib's global style as it was
+        plt.close("all")
+    return figures
+
+
+def plot_learning_curves(out_dir: Path, env: str, curves: pd.DataFrame, colors: Mapping[str, Any]) -> list[FigureFile]:
+    """IQM across complete runs of the evaluation return vs env steps, one line and 95% band per variant."""
+    if curves.empty:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    variants = stats.variant_order(curves["variant"].tolist())
+    for variant in variants:
+        cell = curves[curves["variant"] == variant]
+        ax.plot(cell["env_step"], cell["iqm"], color=colors[variant], linewidth=2, marker="o", markersize=3)
+        ax.fill_between(cell["env_step"], cell["ci_low"], cell["ci_high"], color=colors[variant], alpha=0.18, linewidth=0)
+    extra = []
+    if normalization.can_normalize(env):
+        for value, style, label in ((normalization.R_TARGET[env], "--", "target"),
+                                    (normalization.R_RANDOM[env], ":", "uniform random policy")):
+            ax.axhline(value, color="grey", linestyle=style, linewidth=1)
+            extra.append((Line2D([], [], color="grey", linestyle=style), f"{label} ({value:g})"))
+    ax.set_title(_mpl(f"{env}: evaluation return (IQM over complete runs, 95% CI)"))
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("deterministic evaluation return")
+    _variant_legend(fig, variants, colors, extra)
+    filename = f"learning_curves_{file_slug(env)}.png"
+    _save(fig, out_dir, filename)
+    return [FigureFile(filename, "Learning curves", f"Learning curves: {env}",
+                       "Interquartile mean across complete runs of the mean deterministic evaluation return; "
+                       "band: pointwise 95% stratified bootstrap interval.")]
+
+
+def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, colors: Mapping[str, Any]) -> list[FigureFile]:
+    """rliable's interval-estimate plot of the env='all' aggregates of `metric` (normalized scores)."""
+    pooled = summary[(summary["env"] == stats.ALL_ENVS) & summary["metric"].str.startswith(f"{metric}_")]
+    if pooled.empty:
+        return []
+    variants = stats.variant_order(pooled["variant"].tolist())
+    names = [f"{metric}_{a}" for a in stats.AGGREGATES]
+    points, intervals = {}, {}
+    for variant in variants:
+        rows = pooled[pooled["variant"] == variant].set_index("metric").reindex(names)
+        points[_mpl(variant)] = rows["estimate"].to_numpy(dtype=np.float64)
+        intervals[_mpl(variant)] = rows[["ci_low", "ci_high"]].to_numpy(dtype=np.float64).T
+    labels = ["IQM", "Mean", "Median", "Optimality gap\n(lower is better)"]
+    fig, _ = plot_utils.plot_interval_estimates(
+        points, intervals, metric_names=labels, algorithms=[_mpl(v) for v in variants],
+        colors={_mpl(v): colors[v] for v in variants}, xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
+        row_height=max(0.45, 2.4 / len(variants)), subfigure_width=3.6, xlabel_y_coordinate=-0.25 / max(1, len(variants) ** 0.5),
+    )
+    filename = f"aggregate_{metric}.png"
+    _save(fig, out_dir, filename)
+    return [FigureFile(filename, "Aggregate estimates", f"Aggregates over environments: {metric}",
+                       f"{metric} normalized per environment, pooled over the environments each variant has complete "
+                       "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate.")]
+
+
+def plot_performance_profile(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any], reps: int) -> list[FigureFile]:
+    """rliable performance profiles (score distributions) of the normalized final return."""
+    done = stats.complete_runs(runs)
+    envs = stats.normalizable_envs(done["env"].tolist())
+    if not envs:
+        return []
+    scores: dict[str, np.ndarray] = {}
+    for variant in stats.variant_order(done["variant"].tolist()):
+        mine = done[done["variant"] == variant]
+        covered = [e for e in envs if (mine["env"] == e).any()]
+        if covered:
+            scores[variant] = stats.score_dict(mine, "final_return", covered, normalize=True)[variant]
+    if not scores:
+        return []
+    finite = np.concatenate([m[~np.isnan(m)] for m in scores.values()])
+    taus = np.linspace(min(0.0, float(finite.min())), max(1.0, float(finite.max())), 81)
+    profiles, intervals = stats.performance_profiles(scores, taus, reps)
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    plot_utils.plot_performance_profiles(
+        {_mpl(v): p for v, p in profiles.items()}, taus,
+        performance_profile_cis={_mpl(v): c for v, c in intervals.items()}, ax=ax,
+        colors={_mpl(v): colors[v] for v in profiles}, xlabel=r"normalized final return $\tau$",
+        ylabel=r"fraction of runs with score $> \tau$", labelsize="large", ticklabelsize="medium",
+    )
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.axvline(0.0, color="grey", linestyle=":", linewidth=1)
+    _variant_legend(fig, list(profiles), colors)
+    _save(fig, out_dir, "performance_profile.png")
+    return [FigureFile("performance_profile.png", "Aggregate estimates", "Performance profile",
+                       "Fraction of complete runs whose normalized final return exceeds tau (per environment, averaged "
+                       "over environments); band: 95% stratified bootstrap interval. Dotted: random policy; dashed: target.")]
+
+
+def plot_probability_of_improvement(
+    out_dir: Path, verdicts: pd.DataFrame, envs: Sequence[str], colors: Mapping[str, Any], reference: str
+) -> list[FigureFile]:
+    """P(variant > reference) with its 95% interval, one panel per env and one over all envs."""
+    if verdicts.empty:
+        return []
+    panels = [*envs, stats.ALL_ENVS]
+    variants = stats.variant_order(verdicts["variant"].tolist())
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 0.8 + 0.42 * len(variants)), sharey=True,
+                             squeeze=False)
+    for ax, env in zip(axes[0], panels):
+        for row, variant in enumerate(variants):
+            match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant)]
+            if match.empty:
+                continue
+            v = match.iloc[0]
+            if np.isnan(v["poi"]):
+                ax.text(0.5, row, v["verdict"], ha="center", va="center", fontsize="small", color="grey")
+                continue
+            ax.barh(row, v["poi_ci_high"] - v["poi_ci_low"], left=v["poi_ci_low"], height=0.6,
+                    color=colors[variant], alpha=0.75)
+            ax.plot([v["poi"]], [row], marker="|", markersize=14, color="black")
+        ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlim(0.0, 1.0)
+        ax.set_ylim(-0.6, len(variants) - 0.4)
+        ax.set_title(_mpl("all envs" if env == stats.ALL_ENVS else env), fontsize="medium")
+        ax.set_xlabel(_mpl(f"P(variant > {reference})"))
+    axes[0][0].set_yticks(range(len(variants)))
+    axes[0][0].set_yticklabels([_mpl(v) for v in variants])
+    for label, variant in zip(axes[0][0].get_yticklabels(), variants):
+        label.set_color(colors[variant])
+    axes[0][0].invert_yaxis()
+    fig.subplots_adjust(wspace=0.08)
+    _save(fig, out_dir, "probability_of_improvement.png")
+    return [FigureFile("probability_of_improvement.png", "Probability of improvement",
+                       f"Probability of improvement over {reference}",
+                       "P(a complete run of the variant has a higher final return than one of the reference), with its "
+                       "95% stratified bootstrap interval. Entirely right of 0.5: better; entirely left: worse.")]
+
+
+def plot_diagnostics(out_dir: Path, env: str, diagnostics: pd.DataFrame, colors: Mapping[str, Any]) -> list[FigureFile]:
+    """Learner diagnostics over training, mean across seeds per variant (runs of every state)."""
+    if diagnostics.empty:
+        return []
+    columns = list(stats.PLOTTED_DIAGNOSTICS)
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
+    variants = stats.variant_order(diagnostics["variant"].tolist())
+    for ax, column in zip(axes.ravel(), columns):
+        for variant in variants:
+            cell = diagnostics[diagnostics["variant"] == variant]
+            ax.plot(cell["env_step"], cell[column], color=colors[variant], linewidth=1.6)
+        values = diagnostics[column].to_numpy(dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if column in LOG_SCALE_DIAGNOSTICS and values.size and (values > 0).all():
+            ax.set_yscale("log")
+        ax.set_title(DIAGNOSTIC_TITLES.get(column, column), fontsize="medium")
+    for ax in axes[1]:
+        ax.set_xlabel("environment steps")
+    fig.suptitle(_mpl(f"{env}: learner diagnostics (mean across seeds, all runs)"))
+    fig.subplots_adjust(hspace=0.28, wspace=0.25)
+    _variant_legend(fig, variants, colors)
+    filename = f"diagnostics_{file_slug(env)}.png"
+    _save(fig, out_dir, filename)
+    return [FigureFile(filename, "Diagnostics", f"Diagnostics: {env}",
+                       "Each point: the mean over a diagnostics interval's gradient updates, averaged across seeds "
+                       "(runs of every state, non-finite values left out). Lines of failed or diverged runs stop early.")]
+
+
+def plot_run_states(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any]) -> list[FigureFile]:
+    """Runs per state (complete / diverged / failed), one horizontal stacked bar per variant and env."""
+    if runs.empty:
+        return []
+    envs = stats.env_order(runs["env"].tolist())
+    variants = stats.variant_order(runs["variant"].tolist())
+    counts = runs.groupby(["env", "variant", "state"]).size()
+    fig, axes = plt.subplots(1, len(envs), figsize=(3.4 * len(envs) + 1.5, 0.8 + 0.4 * len(variants)),
+                             sharey=True, squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        for row, variant in enumerate(variants):
+            left = 0
+            for state in records.STATES:
+                n = int(counts.get((env, variant, state), 0))
+                if n:
+                    ax.barh(row, n, left=left, color=STATE_COLORS[state], height=0.65)
+                    ax.text(left + n / 2, row, str(n), ha="center", va="center", color="white", fontsize="small")
+                    left += n
+        ax.set_title(_mpl(env), fontsize="medium")
+        ax.set_xlabel("runs")
+        ax.set_ylim(-0.6, len(variants) - 0.4)
+    axes[0][0].set_yticks(range(len(variants)))
+    axes[0][0].set_yticklabels([_mpl(v) for v in variants])
+    for label, variant in zip(axes[0][0].get_yticklabels(), variants):
+        label.set_color(colors[variant])
+    axes[0][0].invert_yaxis()
+    fig.legend([Patch(color=STATE_COLORS[s]) for s in records.STATES], list(records.STATES), loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+    _save(fig, out_dir, "run_states.png")
+    return [FigureFile("run_states.png", "Run states", "Run states",
+                       "Runs per state; failed and diverged runs are listed with their reasons above and kept out of "
+                       "every aggregate.")]
+
+
+# --- HTML ----------------------------------------------------------------------------------------
+
+
+def esc(value: Any) -> str:
+    """HTML-escaped text of `value` (quotes too, so it is safe inside attributes)."""
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: float) -> str:
+    if value != value:
+        return ""
+    magnitude = abs(value)
+    return f"{value:.0f}" if magnitude >= 1000 else f"{value:.1f}" if magnitude >= 10 else f"{value:.3f}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], raw: bool = False, css: str = "") -> str:
+    """An HTML table; cells are escaped unless `raw` (then the caller escaped them)."""
+    cell = (lambda x: str(x)) if raw else esc
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>\n" for row in rows)
+    return f'<table class="{esc(css)}"><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>\n'
+
+
+def render_html(
+    results_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
+    configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], figures: Sequence[FigureFile],
+    reference: str, reps: int,
+) -> str:
+    """The report page: verdicts, warnings, differences from the reference, figures, protocol."""
+    envs = stats.env_order(runs["env"].tolist())
+    counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f"<title>sacbench report: {esc(results_dir.name)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>sacbench report: {esc(results_dir.name)}</h1>",
+        f"<p class=\"lead\">{len(runs)} runs read from <code>{esc(results_dir)}</code>: "
+        + ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
+        + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")
+        + f". Reference: <code>{esc(reference)}</code>. Tables: <a href=\"runs.csv\">runs.csv</a>, "
+        "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
+        _verdict_section(verdicts, envs, reference),
+        _warning_section(warnings),
+        _differences_section(runs, configs, reference),
+        _summary_section(summary),
+        _figure_sections(figures, runs),
+        _protocol_section(runs, configs, reps),
+        "</body></html>\n",
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
+padding:0 1em;color:#222;line-height:1.4}
+table{border-collapse:collapse;margin:0.6em 0 1.2em}th,td{border:1px solid #ccc;padding:0.3em 0.6em;
+vertical-align:top;text-align:left}th{background:#f2f2f2}small{color:#555}
+td.better{background:#d8f0d0}td.worse{background:#f8d4cc}td.nodiff{background:#f2f2f2}td.other{color:#777}
+.warn{background:#fff4d6;border:1px solid #e0b84c;padding:0.5em 1em}
+figure{margin:1em 0 2em}figure img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:0.9em}
+code{background:#f4f4f4;padding:0 0.2em}.lead{font-size:1.05em}
+"""
+
+
+def _verdict_section(verdicts: pd.DataFrame, envs: Sequence[str], reference: str) -> str:
+    intro = (f"<h2>Verdicts: each variant vs <code>{esc(reference)}</code></h2>\n"
+             "<p>From the final return of complete runs. PoI = P(a run of the variant beats a run of the reference), "
+             "with its 95% stratified bootstrap interval: <em>better</em> if the interval lies entirely above 0.5, "
+             "<em>worse</em> if entirely below, else <em>no detectable difference</em>. <em>all</em> averages the "
+             "PoI over the environments where both have enough complete runs.</p>\n")
+    if verdicts.empty:
+        return intro + "<p>No variant other than the reference was run.</p>\n"
+    panels = [*envs, stats.ALL_ENVS]
+    rows = []
+    for variant in stats.variant_order(verdicts["variant"].tolist()):
+        cells = [f"<th>{esc(variant)}</th>"]
+        for env in panels:
+            match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant)]
+            if match.empty:
+                cells.append('<td class="other">not run</td>')
+                continue
+            v = match.iloc[0]
+            css = VERDICT_CLASSES.get(v["verdict"], "other")
+            detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}"
+            if not np.isnan(v["poi"]):
+                detail = f"PoI {v['poi']:.2f} [{v['poi_ci_low']:.2f}, {v['poi_ci_high']:.2f}], " + detail
+            if env == stats.ALL_ENVS and v["envs_compared"] and v["envs_compared"].split(";") != list(envs):
+                detail += f"; over {v['envs_compared'].replace(';', ', ')} only"
+            cells.append(f'<td class="{css}"><strong>{esc(v["verdict"])}</strong><br><small>{esc(detail)}</small></td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = "<tr><th>variant</th>" + "".join(f"<th>{esc(e)}</th>" for e in panels) + "</tr>"
+    return intro + f"<table class=\"verdicts\"><thead>{head}</thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n"
+
+
+def _warning_section(warnings: Sequence[str]) -> str:
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{esc(w)}</li>" for w in warnings)
+    return (f"<div class=\"warn\"><h2>Warnings</h2><p>{len(warnings)} run folder(s) could not be read and are not "
+            f"in any table or figure:</p><ul>{items}</ul></div>\n")
+
+
+def _spec_key(spec: Mapping[str, Any]) -> str:
+    return json.dumps(spec, sort_keys=True)
+
+
+def _distinct_specs(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict], variant: str) -> list[dict]:
+    """The distinct spec dicts of `variant`'s runs (several if `--set` overrides differed between runs)."""
+    seen: dict[str, dict] = {}
+    for row in runs[runs["variant"] == variant].itertuples(index=False):
+        spec = configs[(row.env, row.variant, row.seed)]["spec"]
+        seen.setdefault(_spec_key(spec), spec)
+    return [seen[k] for k in sorted(seen)]
+
+
+def spec_differences(spec: Mapping[str, Any], reference_spec: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """`(field, reference value, variant value)` for every field whose values differ (missing = None)."""
+    fields = list(reference_spec) + [k for k in spec if k not in reference_spec]
+    return [(f, reference_spec.get(f), spec.get(f)) for f in fields if reference_spec.get(f) != spec.get(f)]
+
+
+def _field_doc(name: str) -> str:
+    try:
+        return field_doc(name)
+    except KeyError:  # a field this checkout's VariantSpec does not know
+        return ""
+
+
+def _differences_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict], reference: str) -> str:
+    out = ["<h2>Differences from the reference</h2>"]
+    reference_specs = _distinct_specs(runs, configs, reference)
+    if reference_specs:
+        reference_spec = reference_specs[0]
+        source = f"the spec in the <code>{esc(reference)}</code> runs' config.json"
+        if len(reference_specs) > 1:
+            source += f" (<strong>the reference runs used {len(reference_specs)} different specs; the first is shown</strong>)"
+    else:
+        reference_spec = REFERENCE.to_dict()
+        source = (f"<strong>no <code>{esc(reference)}</code> run in these results</strong>; compared with the catalog's "
+                  "reference spec (<code>variants.catalog.REFERENCE</code>)")
+    out.append(f"<p>Generated from the <code>spec</code> of each run's config.json; reference: {source}.</p>")
+    variants = [v for v in stats.variant_order(runs["variant"].tolist()) if v != reference]
+    if not variants:
+        out.append("<p>No variant other than the reference was run.</p>")
+    for variant in variants:
+        first = runs[runs["variant"] == variant].iloc[0]
+        config = configs[(first["env"], first["variant"], int(first["seed"]))]
+        out.append(f"<h3>{esc(variant)}</h3>")
+        if config.get("description"):
+            out.append(f"<p>{esc(config['description'])}</p>")
+        specs = _distinct_specs(runs, configs, variant)
+        for spec in specs:
+            if len(specs) > 1:
+                out.append("<p><strong>One of several specs used by this variant's runs:</strong></p>")
+            diffs = spec_differences(spec, reference_spec)
+            if not diffs:
+                out.append("<p>Same spec as the reference.</p>")
+                continue
+            out.append(_table(["field", "reference", "this variant", "meaning"],
+                              [(f, json.dumps(a), json.dumps(b), _field_doc(f)) for f, a, b in diffs]))
+        overrides = sorted({json.dumps(configs[(r.env, r.variant, r.seed)].get("overrides") or {}, sort_keys=True)
+                            for r in runs[runs["variant"] == variant].itertuples(index=False)})
+        if overrides != ["{}"]:
+            out.append("<p>--set overrides: " + "; ".join(f"<code>{esc(o)}</code>" for o in overrides) + "</p>")
+    return "\n".join(out) + "\n"
+
+
+def _summary_section(summary: pd.DataFrame) -> str:
+    """Final-return IQM per env (raw) and over envs (normalized), as a compact table."""
+    iqm = summary[summary["metric"] == "final_return_iqm"]
+    if iqm.empty:
+        return "<h2>Final return</h2><p>No complete run: nothing to aggregate.</p>\n"
+    envs = [*stats.env_order([e for e in iqm["env"] if e != stats.ALL_ENVS])]
+    if (iqm["env"] == stats.ALL_ENVS).any():
+        envs.append(stats.ALL_ENVS)
+    rows = []
+    for variant in stats.variant_order(iqm["variant"].tolist()):
+        row = [variant]
+        for env in envs:
+            match = iqm[(iqm["env"] == env) & (iqm["variant"] == variant)]
+            if match.empty:
+                row.append("")
+                continue
+            r = match.iloc[0]
+            row.append(f"{_num(r['estimate'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}] (n {int(r['n_runs'])})")
+        rows.append(row)
+    header = ["variant", *[f"{e} (normalized)" if e == stats.ALL_ENVS else e for e in envs]]
+    return ("<h2>Final return (IQM, 95% CI)</h2>\n<p>Raw returns per environment; <em>all</em>: normalized scores "
+            "(0 = uniform random policy, 1 = target) pooled over the environments each variant has complete runs in. "
+            "Every metric is in <a href=\"summary.csv\">summary.csv</a>.</p>\n" + _table(header, rows))
+
+
+def _figure_sections(figures: Sequence[FigureFile], runs: pd.DataFrame) -> str:
+    out = ["<h2>Figures</h2>"]
+    section = None
+    for figure in figures:
+        if figure.section != section:
+            section = figure.section
+            out.append(f"<h3>{esc(section)}</h3>")
+        if section == "Run states":
+            out.append(_failures_table(runs))
+        out.append(f"<figure><img src=\"{esc(quote(figure.filename))}\" alt=\"{esc(figure.title)}\">"
+                   f"<figcaption><strong>{esc(figure.title)}.</strong> {esc(figure.caption)}</figcaption></figure>")
+    if not figures:
+        out.append("<p>No readable run: no figure.</p>")
+    return "\n".join(out) + "\n"
+
+
+def _failures_table(runs: pd.DataFrame) -> str:
+    bad = runs[runs["state"] != "complete"]
+    if bad.empty:
+        return "<p>Every run completed.</p>"
+    rows = [(r.env, r.variant, r.seed, r.state, r.env_steps, r.reason) for r in bad.itertuples(index=False)]
+    return ("<p>Runs that did not complete (counted here, left out of every aggregate):</p>\n"
+            + _table(["env", "variant", "seed", "state", "env steps reached", "reason"], rows))
+
+
+def _distinct(values: Iterable[Any]) -> list[tuple[str, int]]:
+    """Distinct values as JSON text with how many runs had each, most common first."""
+    counts: dict[str, int] = {}
+    for value in values:
+        key = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        counts[key] = counts.get(key, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict], reps: int) -> str:
+    out = ["<h2>Protocol</h2>"]
+    keyed = [(row, configs[(row.env, row.variant, row.seed)]) for row in runs.itertuples(index=False)]
+    budget_rows = []
+    for env in stats.env_order(runs["env"].tolist()):
+        mine = [(r, c) for r, c in keyed if r.env == env]
+        for budget_text, n in _distinct(c.get("budget") for _, c in mine):
+            budget = json.loads(budget_text) if budget_text != "null" else {}
+            budget = budget if isinstance(budget, dict) else {}
+            seeds = sorted({r.seed for r, c in mine if json.dumps(c.get("budget"), sort_keys=True) == budget_text})
+            budget_rows.append((env, budget.get("profile", ""), budget.get("total_steps", ""), budget.get("eval_points", ""),
+                                budget.get("eval_episodes", ""), budget.get("diag_every", ""), _seed_text(seeds), n))
+    out.append("<h3>Budgets and seeds</h3>")
+    out.append(_table(["env", "profile", "env steps per run", "evaluations", "episodes per evaluation",
+                       "diagnostics every", "seeds", "runs"], budget_rows))
+
+    seeds_rows = []
+    for env in stats.env_order(runs["env"].tolist()):
+        for variant in stats.variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
+            cell = runs[(runs["env"] == env) & (runs["variant"] == variant)]
+            states = ", ".join(f"{int((cell['state'] == s).sum())} {s}" for s in records.STATES if (cell["state"] == s).any())
+            seeds_rows.append((env, variant, _seed_text(sorted(cell["seed"].tolist())), states))
+    out.append(_table(["env", "variant", "seeds", "states"], seeds_rows))
+
+    out.append("<h3>Software and machine (from config.json)</h3>")
+    provenance = []
+    package_names = sorted({k for _, c in keyed for k in (c.get("versions") or {})})
+    for name in package_names:
+        provenance.append((name, _distinct_text(_distinct((c.get("versions") or {}).get(name) for _, c in keyed))))
+    for key, label in (("git_commit", "git commit"), ("platform", "machine"), ("device", "device"),
+                       ("members", "seeds per batched learner")):
+        provenance.append((label, _distinct_text(_distinct(c.get(key) for _, c in keyed))))
+    commands = _distinct(" ".join(c.get("command") or []) for _, c in keyed)
+    provenance.append(("commands", _distinct_text(commands[:5]) + (f" ... ({len(commands)} in all)" if len(commands) > 5 else "")))
+    out.append(_table(["what", "value (runs)"], provenance))
+
+    out.append("<h3>Statistics</h3>")
+    out.append(
+        "<ul>"
+        "<li>Only complete runs enter aggregates, curves and verdicts; failed and diverged runs are counted and listed.</li>"
+        f"<li>Intervals: 95% percentile intervals of rliable's stratified bootstrap ({reps} replications; each "
+        "environment's runs resampled independently), seeded from what each estimates, so a rebuilt report gives "
+        "identical numbers.</li>"
+        "<li>IQM: 25% trimmed mean of all runs (pooled over environments for <em>all</em>). Mean and median: of the "
+        "per-environment means. Optimality gap: threshold minus the mean of min(score, threshold); threshold R_target on raw "
+        "returns, 1 on normalized scores; lower is better.</li>"
+        "<li>final_return: the last evaluation's mean return; auc_return: the mean over all 20 evaluations.</li>"
+        f"<li>Verdicts need at least {stats.MIN_RUNS_FOR_VERDICT} complete runs on each side (otherwise <em>too few "
+        "runs</em>): with one run the bootstrap interval has no width.</li>"
+        "<li>Normalized score = (R - R_random) / (R_target - R_random); R_random measured with "
+        "<code>python -m harness.random_baseline</code> (100 episodes per env, uniform random actions, seed 0).</li>"
+        "</ul>"
+    )
+    out.append(_table(["env", "R_random", "R_target"],
+                      [(e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}") for e in normalization.R_TARGET]))
+    out.append("<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>")
+    return "\n".join(out) + "\n"
+
+
+def _seed_text(seeds: Sequence[int]) -> str:
+    if not seeds:
+        return ""
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}..{seeds[-1]} ({len(seeds)})"
+    return ", ".join(str(s) for s in seeds)
+
+
+def _distinct_text(values: Sequence[tuple[str, int]]) -> str:
+    if len(values) == 1:
+        return f"{values[0][0]} (all)"
+    return "; ".join(f"{v} ({n})" for v, n in values)
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m harness.report RESULTS --out OUT` (the harness CLI calls `report_command` directly)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description="Build the report of a results folder.")
+    parser.add_argument("results", type=Path, help="results folder (results/NAME)")
+    parser.add_argument("--out", type=Path, required=True, help="report folder (reports/NAME)")
+    parser.add_argument("--reference", default=REFERENCE_NAME, help="variant the others are compared with")
+    args = parser.parse_args(argv)
+    return report_command(args.results, args.out, args.reference)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,652 @@
+"""Statistics over run records: loading, aggregate estimates with bootstrap intervals, verdicts.
+
+Data flows one way: run records (results/README.md) -> this module -> the report. Nothing here
+imports a learner or torch.
+
+The score contract follows rliable: a *score dict* maps a name (a variant) to an array of shape
+`(runs, tasks)`, one column per environment. Environments may hold different numbers of complete runs
+(a partial grid, or runs that failed), so a column is padded with NaN below its last run; NaN always
+means "no run", never a score. Every estimator resamples each task's runs independently (rliable's
+stratified bootstrap), so a ragged grid needs no run to be invented or dropped. On a rectangular
+grid without NaN every estimate equals rliable's own metric.
+
+Bootstrap intervals come from `rliable.library.get_interval_estimates`, which draws from numpy's
+*global* generator whatever `random_state` says; each call therefore runs inside
+`seeded_global_numpy`, seeded from a stable hash of what it estimates, so the same records always
+give the same numbers (and adding one variant leaves every other variant's intervals unchanged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+from rliable import library as rly
+from rliable import metrics as rly_metrics
+
+from variants.catalog import CATALOG
+
+from . import normalization
+from .records import STATES
+
+# --- constants -----------------------------------------------------------------------------------
+
+DEFAULT_REPS = 2000  # bootstrap replications; rliable's papers use 2,000 and up
+CONFIDENCE = 0.95
+BASE_SEED = 20_240_601  # base of every bootstrap seed (any fixed number works)
+MIN_RUNS_FOR_VERDICT = 2  # with one run per side every bootstrap resample is the same run: no interval
+
+RETURN_METRICS = ("final_return", "auc_return")  # the per-run scores the report aggregates
+AGGREGATES = ("iqm", "mean", "median", "optimality_gap")
+ALL_ENVS = "all"  # the env label of aggregates over environments (on normalized scores)
+
+# Verdict labels, from the probability-of-improvement interval of a variant over the reference.
+BETTER = "better"
+WORSE = "worse"
+NO_DIFFERENCE = "no detectable difference"
+NO_REFERENCE = "no reference"
+TOO_FEW_RUNS = "too few runs"
+
+RUN_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s", "reason")
+EVAL_COLUMNS = ("env_step", "return_mean", "return_std", "episodes")
+# The diagnostics the report plots; a diagnostics.csv lacking any of them is treated as corrupt.
+PLOTTED_DIAGNOSTICS = ("alpha", "entropy", "q_mean", "critic_loss", "saturation_fraction", "log_prob_gap")
+DIAGNOSTICS_REQUIRED = ("env_step", "updates", *PLOTTED_DIAGNOSTICS)
+
+ScoreDict = dict[str, np.ndarray]  # {name: (runs, tasks) float array}, NaN = no run
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its bootstrap confidence interval."""
+
+    estimate: float
+    low: float
+    high: float
+
+    def contains(self, value: float, tol: float = 1e-12) -> bool:
+        return self.low - tol <= value <= self.high + tol
+
+
+# --- loading run records -------------------------------------------------------------------------
+
+
+class CorruptRecord(ValueError):
+    """A run folder whose files are missing, unreadable or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """Everything read from one results folder; see results/README.md for the files.
+
+    runs: one row per readable run, columns `RUN_COLUMNS` + `path` (the run folder, relative to the
+        results folder), ordered by env, variant (catalog order) and seed.
+    eval_curves: one row per evaluation: env, variant, seed, env_step, return_mean, return_std, episodes.
+    diagnostics: one row per diagnostics interval: env, variant, seed, env_step, updates and every
+        column of the run's diagnostics.csv.
+    configs: config.json of each run, keyed by (env, variant, seed).
+    warnings: one line per run folder that was skipped, naming the folder and why.
+    """
+
+    runs: pd.DataFrame
+    eval_curves: pd.DataFrame
+    diagnostics: pd.DataFrame
+    configs: dict[tuple[str, str, int], dict]
+    warnings: list[str]
+
+
+def find_run_folders(results_dir: Path) -> list[Path]:
+    """The `runs/<env>/<variant>/seed_*` folders under `results_dir`, sorted by path."""
+    return sorted(p for p in Path(results_dir).glob("runs/*/*/seed_*") if p.is_dir())
+
+
+def scan_results(results_dir: Path) -> RunRecords:
+    """Read every run folder of `results_dir`, skipping (with a warning) the ones that cannot be trusted.
+
+    runs.csv is not read: the run folders are the source of truth. A folder is skipped when it lacks
+    status.json (the run is unfinished), when config.json or status.json is not valid JSON of the
+    documented shape, or when eval.csv or diagnostics.csv is missing, cannot be parsed, or lacks a
+    documented column or value (a half-written file).
+    """
+    results_dir = Path(results_dir)
+    rows: list[dict] = []
+    curves: list[pd.DataFrame] = []
+    diagnostics: list[pd.DataFrame] = []
+    configs: dict[tuple[str, str, int], dict] = {}
+    warnings: list[str] = []
+    for folder in find_run_folders(results_dir):
+        rel = folder.relative_to(results_dir).as_posix()
+        try:
+            row, config, curve, diag = _read_run_folder(folder)
+        except CorruptRecord as exc:
+            warnings.append(f"skipped {rel}: {exc}")
+            continue
+        row["path"] = rel
+        rows.append(row)
+        key = (row["env"], row["variant"], row["seed"])
+        configs[key] = config
+        curves.append(curve.assign(env=row["env"], variant=row["variant"], seed=row["seed"]))
+        diagnostics.append(diag.assign(env=row["env"], variant=row["variant"], seed=row["seed"]))
+
+    runs = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "path"])
+    runs = runs.astype({"seed": "int64", "final_return": "float64", "auc_return": "float64",
+                        "env_steps": "int64", "wall_s": "float64"})
+    runs = _sort_runs(runs)
+    key_columns = ["env", "variant", "seed"]
+    eval_curves = _concat(curves, [*key_columns, *EVAL_COLUMNS])
+    diag_frame = _concat(diagnostics, [*key_columns, *DIAGNOSTICS_REQUIRED])
+    diag_frame = diag_frame[key_columns + [c for c in diag_frame.columns if c not in key_columns]]
+    return RunRecords(runs, eval_curves, diag_frame, configs, warnings)
+
+
+def load_runs(results_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """One row per readable run (columns `RUN_COLUMNS` + `path`) and the warnings of skipped folders."""
+    records = scan_results(results_dir)
+    return records.runs, records.warnings
+
+
+def load_eval_curves(results_dir: Path) -> pd.DataFrame:
+    """Every evaluation of every readable run: env, variant, seed, env_step, return_mean, return_std, episodes."""
+    return scan_results(results_dir).eval_curves
+
+
+def load_diagnostics(results_dir: Path) -> pd.DataFrame:
+    """Every diagnostics row of every readable run: env, variant, seed, env_step, updates, diagnostics..."""
+    return scan_results(results_dir).diagnostics
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]  # concat of empty frames is deprecated in pandas
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("env", "variant") else "float64") for c in columns})
+    return pd.concat(frames, ignore_index=True)
+
+
+def _read_run_folder(folder: Path) -> tuple[dict, dict, pd.DataFrame, pd.DataFrame]:
+    """(runs row, config, eval curve, diagnostics) of one run folder; raises CorruptRecord."""
+    env, variant, seed_name = folder.parts[-3], folder.parts[-2], folder.name
+    try:
+        seed = int(seed_name.removeprefix("seed_"))
+    except ValueError:
+        raise CorruptRecord(f"folder name {seed_name!r} is not seed_<integer>") from None
+    if not (folder / "status.json").is_file():
+        raise CorruptRecord("no status.json (unfinished run)")
+    status = _read_json_object(folder / "status.json")
+    config = _read_json_object(folder / "config.json")
+
+    state = status.get("state")
+    if state not in STATES:
+        raise CorruptRecord(f"status.json: state {state!r} is not one of {', '.join(STATES)}")
+    for key in ("env_steps", "wall_s"):
+        if not isinstance(status.get(key), (int, float)) or isinstance(status.get(key), bool):
+            raise CorruptRecord(f"status.json: {key} is not a number")
+    if not isinstance(config.get("spec"), dict):
+        raise CorruptRecord("config.json: no spec object")
+    for key, expected in (("env", env), ("variant", variant), ("seed", seed)):
+        if config.get(key) != expected:
+            raise CorruptRecord(f"config.json says {key}={config.get(key)!r}, the folder says {expected!r}")
+
+    curve = _read_csv_checked(folder / "eval.csv", EVAL_COLUMNS)
+    diag = _read_csv_checked(folder / "diagnostics.csv", DIAGNOSTICS_REQUIRED)
+    row = {
+        "env": env,
+        "variant": variant,
+        "seed": seed,
+        "state": state,
+        "final_return": _finite_or_nan(status.get("final_return")),
+        "auc_return": _finite_or_nan(status.get("auc_return")),
+        "env_steps": int(status["env_steps"]),
+        "wall_s": float(status["wall_s"]),
+        "reason": failure_reason(status),
+    }
+    if state == "complete" and (math.isnan(row["final_return"]) or math.isnan(row["auc_return"])):
+        raise CorruptRecord("status.json: a complete run without final_return/auc_return")
+    return row, config, curve, diag
+
+
+def _read_json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CorruptRecord(f"no {path.name}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{path.name} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorruptRecord(f"{path.name} is not a JSON object")
+    return data
+
+
+def _read_csv_checked(path: Path, required: Sequence[str]) -> pd.DataFrame:
+    """Read a run CSV; every `required` column must exist and be numeric, and the first and last
+    required columns complete in every row (a truncated last line leaves them empty)."""
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise CorruptRecord(f"no {path.name}") from None
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise CorruptRecord(f"{path.name} cannot be parsed ({str(exc).strip().splitlines()[0]})") from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise CorruptRecord(f"{path.name} lacks column(s) {', '.join(missing)}")
+    if frame.empty:
+        return frame.astype({c: "float64" for c in required})
+    for column in required:
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            raise CorruptRecord(f"{path.name}: column {column} holds non-numbers")
+    last_column = frame.columns[-1]
+    for column in (required[0], last_column):
+        if frame[column].isna().any():
+            raise CorruptRecord(f"{path.name}: empty {column} (half-written row?)")
+    return frame
+
+
+def _finite_or_nan(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return math.nan
+
+
+def failure_reason(status: Mapping[str, object]) -> str:
+    """One line saying why a run did not complete ('' for a complete run)."""
+    if status.get("state") == "complete":
+        return ""
+    error = str(status.get("error") or "no error recorded").strip()
+    first_line = error.splitlines()[0] if error else "no error recorded"
+    if len(first_line) > 200:
+        first_line = first_line[:197] + "..."
+    step = status.get("error_step")
+    return f"{first_line} (at step {step})" if step is not None else first_line
+
+
+# --- ordering ------------------------------------------------------------------------------------
+
+
+def env_order(envs: Sequence[str]) -> list[str]:
+    """Distinct `envs`: the benchmark's environments in their usual order, then the rest sorted."""
+    known = list(normalization.R_TARGET)
+    distinct = set(envs)
+    return [e for e in known if e in distinct] + sorted(distinct - set(known))
+
+
+def variant_order(variants: Sequence[str]) -> list[str]:
+    """Distinct `variants`: catalog order first (so colours and rows agree across reports), then the rest sorted."""
+    known = list(CATALOG)
+    distinct = set(variants)
+    return [v for v in known if v in distinct] + sorted(distinct - set(known))
+
+
+def _sort_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    envs = {e: i for i, e in enumerate(env_order(runs["env"].tolist()))}
+    variants = {v: i for i, v in enumerate(variant_order(runs["variant"].tolist()))}
+    key = pd.DataFrame({"e": runs["env"].map(envs), "v": runs["variant"].map(variants), "s": runs["seed"]})
+    return runs.loc[key.sort_values(["e", "v", "s"], kind="stable").index].reset_index(drop=True)
+
+
+def complete_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that trained their whole budget: the only ones that enter aggregates."""
+    return runs[runs["state"] == "complete"]
+
+
+# --- score dicts ---------------------------------------------------------------------------------
+
+
+def score_dict(runs: pd.DataFrame, metric: str, envs: Sequence[str], normalize: bool = False) -> ScoreDict:
+    """`{variant: (max_runs, len(envs)) array}` of `metric` over the complete runs of `runs`.
+
+    Column j holds the runs of `envs[j]` (sorted by seed), NaN-padded below; a variant with no complete
+    run in some env of `envs` gets an all-NaN column there. `normalize` maps returns through
+    `normalization.normalized_score` (every env must then have constants).
+    """
+    done = complete_runs(runs)
+    out: ScoreDict = {}
+    for variant in variant_order(done["variant"].tolist()):
+        columns = []
+        for env in envs:
+            cell = done[(done["variant"] == variant) & (done["env"] == env)].sort_values("seed")
+            values = cell[metric].to_numpy(dtype=np.float64)
+            columns.append(normalization.normalized_score(values, env) if normalize else values)
+        height = max((len(c) for c in columns), default=0)
+        matrix = np.full((height, len(envs)), np.nan)
+        for j, column in enumerate(columns):
+            matrix[: len(column), j] = column
+        out[variant] = matrix
+    return out
+
+
+def task_columns(scores: np.ndarray) -> list[np.ndarray]:
+    """The runs of each task of a `(runs, tasks)` array as `(n_task_runs, 1)` arrays, NaN padding removed.
+
+    Raises ValueError if a task has no run: an estimator over tasks needs every task.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 2:
+        raise ValueError(f"expected a (runs, tasks) array, got shape {scores.shape}")
+    columns = []
+    for j in range(scores.shape[1]):
+        column = scores[:, j][~np.isnan(scores[:, j])]
+        if column.size == 0:
+            raise ValueError(f"task {j} has no runs")
+        columns.append(column[:, None])
+    return columns
+
+
+# --- aggregate metrics over ragged tasks -----------------------------------------------------------
+# Each takes the per-task columns, `(n_t, 1)` arrays. On equal run counts they equal rliable's
+# aggregate_iqm / aggregate_mean / aggregate_median / aggregate_optimality_gap.
+
+
+def ragged_iqm(*tasks: np.ndarray) -> float:
+    """Interquartile mean (25% trimmed mean) of all runs of all tasks pooled, as rliable's aggregate_iqm."""
+    return float(scipy.stats.trim_mean(np.concatenate([t.ravel() for t in tasks]), proportiontocut=0.25))
+
+
+def ragged_mean(*tasks: np.ndarray) -> float:
+    """Mean over tasks of each task's mean score."""
+    return float(np.mean([np.mean(t) for t in tasks]))
+
+
+def ragged_median(*tasks: np.ndarray) -> float:
+    """Median over tasks of each task's mean score."""
+    return float(np.median([np.mean(t) for t in tasks]))
+
+
+def ragged_optimality_gap(*tasks: np.ndarray, gamma: float = 1.0) -> float:
+    """`gamma - mean(min(score, gamma))`, the mean taken per task then over tasks: how far below `gamma`."""
+    return float(gamma - np.mean([np.mean(np.minimum(t, gamma)) for t in tasks]))
+
+
+# --- bootstrap -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def seeded_global_numpy(seed: int) -> Iterator[None]:
+    """Seed numpy's global generator for the block, then restore its previous state.
+
+    rliable's bootstraps draw from `np.random` directly and ignore their `random_state` argument.
+    """
+    saved = np.random.get_state()
+    np.random.seed(seed % 2**32)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
+def stable_seed(*parts: object, base: int = BASE_SEED) -> int:
+    """A seed that depends only on `parts` (not on call order or Python's hash randomization)."""
+    text = "\x1f".join(str(p) for p in parts)
+    return (zlib.crc32(text.encode("utf-8")) ^ base) % 2**32
+
+
+def _interval_estimates(
+    arrays: Sequence[np.ndarray], func: Callable[..., np.ndarray], reps: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """rliable's stratified bootstrap of `func(*arrays)`, each array's runs resampled independently.
+
+    arrays: `(n_i, ...)` arrays. func returns a 1-D array of K statistics.
+    Returns the point estimates, shape (K,), and the percentile intervals, shape (2, K) (low, high).
+    """
+    if reps < 1:
+        raise ValueError("reps must be positive")
+    with seeded_global_numpy(seed):
+        points, intervals = rly.get_interval_estimates(
+            {"scores": list(arrays)}, func, reps=reps, confidence_interval_size=CONFIDENCE
+        )
+    return np.asarray(points["scores"], dtype=np.float64), np.asarray(intervals["scores"], dtype=np.float64)
+
+
+def aggregate_metric_names(gamma: float | None) -> tuple[str, ...]:
+    """The aggregates computed for a given optimality-gap threshold (no gap without a threshold)."""
+    return AGGREGATES if gamma is not None else tuple(a for a in AGGREGATES if a != "optimality_gap")
+
+
+def aggregate_intervals(
+    scores: np.ndarray, gamma: float | None = 1.0, reps: int = DEFAULT_REPS, seed: int = BASE_SEED
+) -> dict[str, Interval]:
+    """IQM, mean, median and optimality gap (at `gamma`) of one `(runs, tasks)` array, with 95% intervals.
+
+    scores: `(runs, tasks)`, NaN = no run; every task needs at least one run.
+    gamma: the optimality-gap threshold in the scores' units (1.0 on normalized scores, R_target on an
+        env's raw returns); None leaves the gap out.
+    Returns `{aggregate name: Interval}` over `aggregate_metric_names(gamma)`.
+    """
+    names = aggregate_metric_names(gamma)
+    columns = task_columns(scores)
+
+    def statistics(*tasks: np.ndarray) -> np.ndarray:
+        values = [ragged_iqm(*tasks), ragged_mean(*tasks), ragged_median(*tasks)]
+        if gamma is not None:
+            values.append(ragged_optimality_gap(*tasks, gamma=gamma))
+        return np.array(values)
+
+    points, intervals = _interval_estimates(columns, statistics, reps, seed)
+    return {name: Interval(float(points[k]), float(intervals[0, k]), float(intervals[1, k]))
+            for k, name in enumerate(names)}
+
+
+def probability_of_improvement(
+    scores_x: np.ndarray, scores_y: np.ndarray, reps: int = DEFAULT_REPS, seed: int = BASE_SEED
+) -> Interval:
+    """P(X > Y): the probability that a run of X beats a run of Y on the same task, averaged over tasks.
+
+    scores_x, scores_y: `(runs_x, tasks)` and `(runs_y, tasks)`, the same tasks in the same order; NaN =
+        no run, every task needs a run on both sides.
+    Per task it is rliable's `metrics.probability_of_improvement` (Mann-Whitney U / (n_x n_y), ties
+    counting one half); the interval is rliable's stratified independent bootstrap over both sides.
+    """
+    x_columns, y_columns = task_columns(scores_x), task_columns(scores_y)
+    if len(x_columns) != len(y_columns):
+        raise ValueError(f"X has {len(x_columns)} tasks, Y has {len(y_columns)}")
+    n_tasks = len(x_columns)
+
+    def poi(*arrays: np.ndarray) -> np.ndarray:
+        per_task = [rly_metrics.probability_of_improvement(arrays[t], arrays[n_tasks + t]) for t in range(n_tasks)]
+        return np.array([np.mean(per_task)])
+
+    points, intervals = _interval_estimates([*x_columns, *y_columns], poi, reps, seed)
+    return Interval(float(points[0]), float(intervals[0, 0]), float(intervals[1, 0]))
+
+
+def verdict(poi: Interval | None) -> str:
+    """'better' if the PoI interval lies entirely above 0.5, 'worse' if entirely below, else no difference."""
+    if poi is None:
+        return NO_REFERENCE
+    if poi.low > 0.5:
+        return BETTER
+    if poi.high < 0.5:
+        return WORSE
+    return NO_DIFFERENCE
+
+
+def performance_profiles(
+    scores: ScoreDict, taus: np.ndarray, reps: int = DEFAULT_REPS, seed: int = BASE_SEED
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Score distributions: the fraction of runs scoring above each threshold, with 95% intervals.
+
+    scores: `{name: (runs, tasks)}`, NaN = no run. taus: `(T,)` thresholds.
+    Returns `{name: (T,)}` profiles and `{name: (2, T)}` intervals. The fraction is taken per task and
+    averaged over tasks (rliable's `score_distributions` when the tasks have equal run counts).
+    """
+    taus = np.asarray(taus, dtype=np.float64)
+
+    def profile(*tasks: np.ndarray) -> np.ndarray:
+        return np.mean([np.mean(t.reshape(-1, 1) > taus[None, :], axis=0) for t in tasks], axis=0)
+
+    profiles, intervals = {}, {}
+    for name, matrix in scores.items():
+        profiles[name], intervals[name] = _interval_estimates(
+            task_columns(matrix), profile, reps, stable_seed("profile", name, seed))
+    return profiles, intervals
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+def normalizable_envs(envs: Sequence[str]) -> list[str]:
+    """The envs of `envs` (in benchmark order) with normalization constants: the ones env='all' pools."""
+    return [e for e in env_order(envs) if normalization.can_normalize(e)]
+
+
+def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
+    """IQM, mean, median and optimality gap of final_return and auc_return, with 95% bootstrap intervals.
+
+    Rows per (env, variant) on raw returns (optimality gap at the env's R_target, left out for an env
+    without one), then per variant with env='all' on normalized scores pooled over the normalizable
+    envs where the variant has complete runs. Only complete runs count; variants without any complete
+    run in an env have no row there.
+    Columns: env, variant, metric ('<final_return|auc_return>_<aggregate>'), estimate, ci_low, ci_high, n_runs.
+    """
+    done = complete_runs(runs)
+    rows: list[tuple] = []
+    for env in env_order(done["env"].tolist()):
+        gamma = normalization.R_TARGET.get(env)
+        for metric in RETURN_METRICS:
+            for variant, matrix in score_dict(done, metric, [env]).items():
+                if np.isnan(matrix).all():
+                    continue
+                estimates = aggregate_intervals(matrix, gamma, reps, stable_seed(env, variant, metric))
+                rows.extend(_summary_rows(env, variant, metric, estimates, int(np.sum(~np.isnan(matrix)))))
+    pooled = normalizable_envs(done["env"].tolist())
+    for variant in variant_order(done["variant"].tolist()):
+        mine = done[done["variant"] == variant]
+        envs = [e for e in pooled if (mine["env"] == e).any()]
+        if not envs:
+            continue
+        for metric in RETURN_METRICS:
+            matrix = score_dict(mine, metric, envs, normalize=True)[variant]
+            estimates = aggregate_intervals(matrix, 1.0, reps, stable_seed(ALL_ENVS, variant, metric))
+            rows.extend(_summary_rows(ALL_ENVS, variant, metric, estimates, int(np.sum(~np.isnan(matrix)))))
+    frame = pd.DataFrame(rows, columns=["env", "variant", "metric", "estimate", "ci_low", "ci_high", "n_runs"])
+    return _order_summary(frame)
+
+
+def _summary_rows(env: str, variant: str, metric: str, estimates: dict[str, Interval], n_runs: int) -> list[tuple]:
+    return [(env, variant, f"{metric}_{name}", e.estimate, e.low, e.high, n_runs) for name, e in estimates.items()]
+
+
+def _order_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by env (benchmark order, 'all' last), metric (final before auc), variant (catalog order)."""
+    envs = {e: i for i, e in enumerate([*env_order([e for e in frame["env"] if e != ALL_ENVS]), ALL_ENVS])}
+    variants = {v: i for i, v in enumerate(variant_order(frame["variant"].tolist()))}
+    metrics = {f"{m}_{a}": i for i, (m, a) in enumerate((m, a) for m in RETURN_METRICS for a in AGGREGATES)}
+    key = pd.DataFrame({"e": frame["env"].map(envs), "m": frame["metric"].map(metrics), "v": frame["variant"].map(variants)})
+    return frame.loc[key.sort_values(["e", "m", "v"], kind="stable").index].reset_index(drop=True)
+
+
+VERDICT_COLUMNS = ("env", "variant", "reference", "verdict", "poi", "poi_ci_low", "poi_ci_high",
+                   "n_runs", "n_reference_runs", "envs_compared")
+
+
+def verdict_table(
+    runs: pd.DataFrame, reference: str = "reference", metric: str = "final_return",
+    reps: int = DEFAULT_REPS, min_runs: int = MIN_RUNS_FOR_VERDICT,
+) -> pd.DataFrame:
+    """Verdict of every variant but `reference`, per env and over all envs, from P(variant > reference).
+
+    Per env: PoI of `metric` over the complete runs. A side with fewer than `min_runs` complete runs
+    gets 'too few runs' (with one run per side the bootstrap interval has zero width and would call
+    any difference significant). env='all': PoI averaged over the envs where both sides have at least
+    `min_runs` complete runs (listed in envs_compared; PoI needs no normalization, so every env counts).
+    Without complete reference runs anywhere the verdict is 'no reference'.
+    Columns: `VERDICT_COLUMNS`; poi and its interval are NaN where no verdict was computed.
+    """
+    done = complete_runs(runs)
+    envs = env_order(runs["env"].tolist())
+    variants = [v for v in variant_order(runs["variant"].tolist()) if v != reference]
+    counts = done.groupby(["env", "variant"]).size()
+    has_reference = bool((done["variant"] == reference).any())
+
+    def n(env: str, variant: str) -> int:
+        return int(counts.get((env, variant), 0))
+
+    rows: list[tuple] = []
+    for variant in variants:
+        compared: list[str] = []
+        for env in envs:
+            if (runs[(runs["variant"] == variant) & (runs["env"] == env)]).empty:
+                continue  # this variant was not run on this env: no row rather than a misleading one
+            n_x, n_y = n(env, variant), n(env, reference)
+            if not has_reference or n_y == 0:
+                rows.append((env, variant, reference, NO_REFERENCE, math.nan, math.nan, math.nan, n_x, n_y, env))
+                continue
+            if min(n_x, n_y) < min_runs:
+                rows.append((env, variant, reference, TOO_FEW_RUNS, math.nan, math.nan, math.nan, n_x, n_y, env))
+                continue
+            compared.append(env)
+            x, y = (score_dict(done, metric, [env])[v] for v in (variant, reference))
+            poi = probability_of_improvement(x, y, reps, stable_seed("poi", env, variant, reference, metric))
+            rows.append((env, variant, reference, verdict(poi), poi.estimate, poi.low, poi.high, n_x, n_y, env))
+        n_x_all = sum(n(e, variant) for e in compared)
+        n_y_all = sum(n(e, reference) for e in compared)
+        if not has_reference:
+            rows.append((ALL_ENVS, variant, reference, NO_REFERENCE, math.nan, math.nan, math.nan,
+                         int((done["variant"] == variant).sum()), 0, ""))
+        elif not compared:
+            rows.append((ALL_ENVS, variant, reference, TOO_FEW_RUNS, math.nan, math.nan, math.nan,
+                         int((done["variant"] == variant).sum()), int((done["variant"] == reference).sum()), ""))
+        else:
+            both = score_dict(done, metric, compared)
+            poi = probability_of_improvement(both[variant], both[reference], reps,
+                                             stable_seed("poi", ALL_ENVS, *compared, variant, reference, metric))
+            rows.append((ALL_ENVS, variant, reference, verdict(poi), poi.estimate, poi.low, poi.high,
+                         n_x_all, n_y_all, ";".join(compared)))
+    frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+    return frame.astype({"poi": "float64", "poi_ci_low": "float64", "poi_ci_high": "float64",
+                         "n_runs": "int64", "n_reference_runs": "int64"})
+
+
+def iqm_learning_curves(eval_curves: pd.DataFrame, runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
+    """IQM over complete runs of the evaluation return at each env_step, per (env, variant), with 95% intervals.
+
+    Each evaluation point is a task of rliable's stratified bootstrap, the runs its rows, so the band is
+    pointwise. Only env_steps that every complete run of the cell evaluated are kept.
+    Columns: env, variant, env_step, iqm, ci_low, ci_high, n_runs.
+    """
+    done = complete_runs(runs)[["env", "variant", "seed"]]
+    curves = eval_curves.merge(done, on=["env", "variant", "seed"])
+    rows: list[tuple] = []
+    for env in env_order(curves["env"].tolist()):
+        for variant in variant_order(curves.loc[curves["env"] == env, "variant"].tolist()):
+            cell = curves[(curves["env"] == env) & (curves["variant"] == variant)]
+            table = cell.pivot_table(index="seed", columns="env_step", values="return_mean", aggfunc="first",
+                                     dropna=False)
+            table = table.loc[:, table.notna().all(axis=0)]  # steps every run evaluated
+            if table.shape[1] == 0:
+                continue
+            matrix = table.to_numpy(dtype=np.float64)  # (runs, steps)
+
+            def iqm_per_step(scores: np.ndarray) -> np.ndarray:
+                return scipy.stats.trim_mean(scores, proportiontocut=0.25, axis=0)
+
+            with seeded_global_numpy(stable_seed("curve", env, variant)):
+                points, intervals = rly.get_interval_estimates(
+                    {"curve": matrix}, iqm_per_step, reps=reps, confidence_interval_size=CONFIDENCE)
+            for k, step in enumerate(table.columns):
+                rows.append((env, variant, int(step), float(points["curve"][k]), float(intervals["curve"][0, k]),
+                             float(intervals["curve"][1, k]), matrix.shape[0]))
+    return pd.DataFrame(rows, columns=["env", "variant", "env_step", "iqm", "ci_low", "ci_high", "n_runs"])
+
+
+def mean_diagnostics(diagnostics: pd.DataFrame, columns: Sequence[str] = PLOTTED_DIAGNOSTICS) -> pd.DataFrame:
+    """Mean across seeds of each diagnostic per (env, variant, env_step), over runs of every state.
+
+    Diverged and failed runs are kept (their diagnostics show how they ended); non-finite values are
+    left out of the means. Columns: env, variant, env_step, n_runs, then `columns`.
+    """
+    keys = ["env", "variant", "env_step"]
+    if diagnostics.empty:
+        return pd.DataFrame(columns=[*keys, "n_runs", *columns])
+    values = diagnostics[[*keys, "seed", *columns]].copy()
+    values[list(columns)] = values[list(columns)].astype("float64").replace([np.inf, -np.inf], np.nan)
+    grouped = values.groupby(keys, sort=True)
+    means = grouped[list(columns)].mean()
+    means.insert(0, "n_runs", grouped["seed"].nunique())
+    return means.reset_index()

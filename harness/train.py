@@ -1,0 +1,238 @@
+"""Training one job: S seeds of one variant on one environment, as members of one batched learner.
+
+The loop is SAC's usual one: act (uniform random until `learning_starts`), step, store, one gradient
+update per environment step, evaluate 20 times. Everything the run produces is written as run records
+(results/README.md); nothing else leaves this module.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from variants.actions import env_action
+from variants.buffer import ReplayBuffer
+from variants.learner import DIAGNOSTICS, SACLearner
+from variants.rewards import transform_reward
+from variants.spec import VariantSpec
+
+from . import records
+from .envs import EnvInfo, env_info, make_vector_env, true_next_obs
+from .profiles import Budget
+
+EVAL_SEED_BASE = 1_000_000
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one worker trains. All members share variant, env and budget; each seed is one run."""
+
+    variant: str
+    description: str
+    spec: VariantSpec
+    overrides: dict
+    env_id: str
+    seeds: tuple[int, ...]
+    budget: Budget
+    out: str
+    device: str = "cpu"
+    command: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.env_id}/{self.variant}/seeds {','.join(map(str, self.seeds))}"
+
+    def run_config(self, seed: int) -> dict:
+        """config.json of one run; its identity is everything but provenance (see `identity`)."""
+        return {
+            "variant": self.variant,
+            "description": self.description,
+            "spec": self.spec.to_dict(),
+            "overrides": dict(self.overrides),
+            "env": self.env_id,
+            "seed": seed,
+            "budget": self.budget.to_dict(),
+            "device": self.device,
+            "members": len(self.seeds),
+            "versions": records.package_versions(),
+            "git_commit": records.git_commit(),
+            "platform": records.platform_info(),
+            "command": list(self.command),
+        }
+
+
+def identity(config: dict) -> dict:
+    """The part of a config that decides what a run computes (so a rerun may reuse it)."""
+    return {k: config.get(k) for k in ("variant", "spec", "env", "seed", "budget")}
+
+
+@dataclass
+class MemberRecord:
+    """What one member (one run) has produced so far."""
+
+    seed: int
+    path: Path
+    eval_rows: list = field(default_factory=list)
+    train_rows: list = field(default_factory=list)
+    diag_rows: list = field(default_factory=list)
+    state: str = "complete"
+    error: Optional[str] = None
+    error_step: Optional[int] = None
+    env_steps: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.error is None
+
+    def stop(self, state: str, error: str, step: int) -> None:
+        self.state, self.error, self.error_step, self.env_steps = state, error, step, step
+
+    def returns(self) -> tuple[Optional[float], Optional[float]]:
+        if not self.eval_rows:
+            return None, None
+        means = [row[1] for row in self.eval_rows]
+        return records.finite_or_none(means[-1]), records.finite_or_none(float(np.mean(means)))
+
+    def write_curves(self) -> None:
+        records.write_csv(self.path / "eval.csv", records.EVAL_COLUMNS, self.eval_rows)
+        records.write_csv(self.path / "train.csv", records.TRAIN_COLUMNS, self.train_rows)
+        records.write_csv(self.path / "diagnostics.csv", ("env_step", "updates", *DIAGNOSTICS), self.diag_rows)
+
+    def write_status(self, wall_s: float) -> dict:
+        final, auc = self.returns()
+        status = {
+            "state": self.state,
+            "env_steps": self.env_steps,
+            "wall_s": round(wall_s, 3),
+            "steps_per_s": round(self.env_steps / wall_s, 3) if wall_s > 0 else None,
+            "error": self.error,
+            "error_step": self.error_step,
+            "final_return": final,
+            "auc_return": auc,
+        }
+        records.write_json(self.path / "status.json", status)
+        return status
+
+
+def store_transition(
+    buffer: ReplayBuffer, spec: VariantSpec, env_id: str, obs: np.ndarray, action: np.ndarray,
+    reward: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict,
+) -> np.ndarray:
+    """Store one vector step's transitions; returns which sub-envs' episodes ended.
+
+    The stored next observation is the one the episode actually reached (info["final_obs"] after an
+    autoreset), and only `terminated` stops bootstrapping: a time-limit truncation is not an end of
+    the MDP, so its target still bootstraps from the final observation.
+    """
+    done = terminated | truncated
+    buffer.add(obs, action, transform_reward(reward, spec.reward, env_id, spec.reward_scale),
+               true_next_obs(next_obs, done, info), terminated)
+    return done
+
+
+def evaluate(learner: SACLearner, eval_env, info: EnvInfo, seeds: tuple[int, ...], episodes: int) -> np.ndarray:
+    """Mean-action returns, (S, episodes), on eval envs reset with the same seeds at every call."""
+    s = len(seeds)
+    obs, _ = eval_env.reset(seed=[EVAL_SEED_BASE + 1000 * seed + j for seed in seeds for j in range(episodes)])
+    returns = np.zeros(s * episodes)
+    finished = np.zeros(s * episodes, dtype=bool)
+    while not finished.all():
+        action = learner.act(obs.reshape(s, episodes, -1), deterministic=True).reshape(s * episodes, -1)
+        obs, reward, terminated, truncated, _ = eval_env.step(env_action(action, info.low, info.high, "affine", True))
+        returns += np.where(finished, 0.0, reward)
+        finished |= terminated | truncated
+    return returns.reshape(s, episodes)
+
+
+def train_job(job: Job, on_progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Train every seed of `job`, write its run records, and return the runs.csv rows."""
+    start = time.perf_counter()
+    torch_device = torch.device(job.device)
+    out = Path(job.out)
+    info = env_info(job.env_id)
+    spec, budget, s = job.spec, job.budget, len(job.seeds)
+    members = [MemberRecord(seed, records.run_dir(out, job.env_id, job.variant, seed)) for seed in job.seeds]
+    for m in members:
+        records.write_json(m.path / "config.json", job.run_config(m.seed))
+
+    env = make_vector_env(job.env_id, s)
+    eval_env = make_vector_env(job.env_id, s * budget.eval_episodes)
+    step = 0
+    try:
+        learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, job.seeds, torch_device)
+        buffer = ReplayBuffer(s, min(spec.buffer_size, budget.total_steps), info.obs_dim, info.act_dim, torch_device)
+        obs, _ = env.reset(seed=list(job.seeds))
+        ep_return, ep_len = np.zeros(s), np.zeros(s, dtype=np.int64)
+        eval_steps = set(budget.eval_steps())
+        while step < budget.total_steps:
+            if step < spec.learning_starts:
+                action = learner.random_actions()
+            else:
+                action = learner.act(obs[:, None, :], deterministic=False)[:, 0, :]
+            to_env = env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
+            to_env[[not m.active for m in members]] = 0.0  # a diverged member's NaNs stay out of its env
+            next_obs, reward, terminated, truncated, step_info = env.step(to_env)
+            done = store_transition(buffer, spec, job.env_id, obs, action, reward, next_obs, terminated,
+                                    truncated, step_info)
+            obs = next_obs
+            step += 1
+            ep_return += reward
+            ep_len += 1
+            for i in np.flatnonzero(done):
+                if members[i].active:
+                    members[i].train_rows.append((step, float(ep_return[i]), int(ep_len[i])))
+                ep_return[i], ep_len[i] = 0.0, 0
+            if step > spec.learning_starts and buffer.size >= spec.batch_size:
+                learner.update(buffer.sample(spec.batch_size, learner.generators))
+            if step % budget.diag_every == 0 or step == budget.total_steps:
+                _record_diagnostics(learner, members, step)
+            if step in eval_steps:
+                returns = evaluate(learner, eval_env, info, job.seeds, budget.eval_episodes)
+                for m, r in zip(members, returns):
+                    if m.active:
+                        m.eval_rows.append((step, float(r.mean()), float(r.std()), int(r.size)))
+                        m.env_steps = step
+                        m.write_curves()
+            if not any(m.active for m in members):
+                break
+            if on_progress is not None:
+                on_progress(step)
+    except Exception as exc:  # the run is recorded as failed and the grid goes on
+        text = f"{type(exc).__name__}: {exc}".strip()
+        detail = traceback.format_exc(limit=3)
+        for m in members:
+            if m.active:
+                m.stop("failed", f"{text}\n{detail}", step)
+    finally:
+        env.close()
+        eval_env.close()
+    wall = time.perf_counter() - start
+    rows = []
+    for m in members:
+        if m.active:
+            m.env_steps = step
+        m.write_curves()
+        status = m.write_status(wall)
+        rows.append({"env": job.env_id, "variant": job.variant, "seed": m.seed, "state": status["state"],
+                     "final_return": status["final_return"], "auc_return": status["auc_return"],
+                     "env_steps": status["env_steps"], "wall_s": status["wall_s"]})
+    return rows
+
+
+def _record_diagnostics(learner: SACLearner, members: list[MemberRecord], step: int) -> None:
+    n, values = learner.read_diagnostics()
+    if n == 0:
+        return
+    nonfinite = values[:, DIAGNOSTICS.index("nonfinite_count")]
+    for m, row, bad in zip(members, values, nonfinite):
+        if not m.active:
+            continue
+        m.diag_rows.append((step, n, *(float(v) for v in row)))
+        if bad > 0:
+            m.stop("diverged", f"non-finite loss or parameter ({int(bad)} values) in the updates up to this step", step)

@@ -1,0 +1,214 @@
+"""`VariantSpec`: every implementation detail a SAC variant sets, as named, typed, documented fields.
+
+A variant is data, not code: the learner reads these fields, and the few places where variants differ
+in math are small pure functions selected by a field's value (see `logprob`, `rewards`, `actions`,
+`networks.INITIALIZERS` and `learner.UPDATE_ORDERS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+LogProbForm = Literal["softplus", "naive", "naive-scaled"]
+UpdateOrder = Literal["sequential", "joint", "policy-first", "critic-first"]
+AlphaLossForm = Literal["log_alpha", "alpha"]
+RewardTransform = Literal["none", "scale", "bipedal-fall"]
+ActionRescale = Literal["affine", "unscaled-stochastic"]
+InitScheme = Literal["torch-default", "xavier"]
+
+
+def _doc(text: str, **kw: Any) -> Any:
+    return field(metadata={"doc": text}, **kw)
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """The implementation details of one SAC variant.
+
+    Equation numbers refer to Haarnoja et al., "Soft Actor-Critic Algorithms and Applications"
+    (arXiv:1812.05905).
+    """
+
+    # --- the details under study -------------------------------------------------------------
+    log_prob: LogProbForm = _doc(
+        "form of log(1 - tanh(u)^2) in the squashed-Gaussian log-prob (eq. 26): 'softplus' "
+        "2*(log 2 - u - softplus(-2u)); 'naive' log(1 - tanh(u)^2 + eps); 'naive-scaled' "
+        "log(scale * (1 - tanh(u)^2) + eps) with the action scale inside the log",
+        default="softplus",
+    )
+    update_order: UpdateOrder = _doc(
+        "how the three losses are stepped: 'sequential' critic step, then actor on the updated "
+        "critic (critic frozen), then alpha; 'joint' all losses and gradients from the "
+        "pre-update parameters, then all steps; 'policy-first' losses first, then backward+step "
+        "policy, critics, alpha in turn; 'critic-first' the same with the critics first (raises "
+        "PyTorch's in-place error)",
+        default="sequential",
+    )
+    alpha_loss: AlphaLossForm = _doc(
+        "temperature loss (eq. 18): 'log_alpha' -log(alpha)*(log_pi + target_entropy), or "
+        "'alpha' -alpha*(log_pi + target_entropy)",
+        default="log_alpha",
+    )
+    reward: RewardTransform = _doc(
+        "reward seen by the learner: 'none'; 'scale' times reward_scale; 'bipedal-fall' "
+        "BipedalWalker's -100 fall penalty mapped to -1 then times 10, elsewhere times 10",
+        default="none",
+    )
+    reward_scale: float = _doc("multiplier of the 'scale' reward transform", default=1.0)
+    action_rescale: ActionRescale = _doc(
+        "'affine' maps every policy action from [-1, 1] onto the env bounds; "
+        "'unscaled-stochastic' sends exploration actions unmapped (deterministic ones mapped)",
+        default="affine",
+    )
+    init: InitScheme = _doc(
+        "weight init: 'torch-default' (nn.Linear's) or 'xavier' (xavier_uniform, zero biases)",
+        default="torch-default",
+    )
+
+    # --- hyperparameters ---------------------------------------------------------------------
+    gamma: float = _doc("discount factor", default=0.99)
+    tau: float = _doc("polyak coefficient of the target critics (eq. after 6)", default=0.005)
+    lr_actor: float = _doc("Adam learning rate of the actor", default=3e-4)
+    lr_critic: float = _doc("Adam learning rate of the twin critics", default=3e-4)
+    lr_alpha: float = _doc("Adam learning rate of the temperature", default=3e-4)
+    lr_decay_period: int = _doc(
+        "updates over which every learning rate decays linearly to 0.1x (0: no decay)", default=0
+    )
+    batch_size: int = _doc("transitions per gradient update", default=256)
+    buffer_size: int = _doc("replay capacity per member, in transitions", default=1_000_000)
+    learning_starts: int = _doc(
+        "env steps of uniform random actions before the first update", default=1000
+    )
+    hidden_sizes: tuple[int, ...] = _doc(
+        "hidden layer widths of the actor and of each critic", default=(256, 256)
+    )
+    log_std_min: float = _doc("lower clamp of the actor's log-std", default=-20.0)
+    log_std_max: float = _doc("upper clamp of the actor's log-std", default=2.0)
+    initial_alpha: float = _doc("temperature used by the first update", default=1.0)
+    initial_log_alpha: Optional[float] = _doc(
+        "start of the learned log-temperature; None means log(initial_alpha). The blog starts "
+        "it at 0 while its first update uses alpha = 0.036",
+        default=None,
+    )
+    target_entropy: Optional[float] = _doc(
+        "entropy target of the temperature loss; None means -|A|", default=None
+    )
+    log_prob_eps: float = _doc("eps of the naive log-prob forms", default=1e-6)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            choices = literal_choices(f.name)
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                raise ValueError(f"{f.name}={value!r}: expected one of {', '.join(choices)}")
+        positive = ("lr_actor", "lr_critic", "batch_size", "buffer_size")
+        for name in positive:
+            if getattr(self, name) < 0 or (name in ("batch_size", "buffer_size") and getattr(self, name) < 1):
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be positive")
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.tau <= 1.0:
+            raise ValueError("gamma and tau must lie in [0, 1]")
+        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+            raise ValueError(f"hidden_sizes={self.hidden_sizes!r}: need at least one positive width")
+        if self.log_std_min >= self.log_std_max:
+            raise ValueError("log_std_min must be below log_std_max")
+        if self.initial_alpha <= 0:
+            raise ValueError("initial_alpha must be positive")
+        if self.learning_starts < 0:
+            raise ValueError("learning_starts must be >= 0")
+
+    # --- helpers -----------------------------------------------------------------------------
+    def resolved_target_entropy(self, action_dim: int) -> float:
+        return -float(action_dim) if self.target_entropy is None else float(self.target_entropy)
+
+    def resolved_initial_log_alpha(self) -> float:
+        if self.initial_log_alpha is None:
+            return math.log(self.initial_alpha)
+        return float(self.initial_log_alpha)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["hidden_sizes"] = list(self.hidden_sizes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VariantSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown spec fields: {', '.join(unknown)}")
+        data = dict(data)
+        if "hidden_sizes" in data:
+            data["hidden_sizes"] = tuple(int(h) for h in data["hidden_sizes"])
+        return cls(**data)
+
+    def differences(self, other: "VariantSpec") -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ: `{name: (self's value, other's value)}`."""
+        a, b = self.to_dict(), other.to_dict()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(VariantSpec)]
+
+
+def field_doc(name: str) -> str:
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(VariantSpec)}[name]
+
+
+def literal_choices(name: str) -> tuple[str, ...]:
+    """The closed set of values of a Literal-typed field, or () for other fields."""
+    hint = typing.get_type_hints(VariantSpec)[name]
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    return ()
+
+
+def _parse_value(text: str, hint: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:  # Optional[X]
+        if text.strip().lower() in ("none", "null", ""):
+            return None
+        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
+        return _parse_value(text, inner, name)
+    if origin is Literal:
+        return text
+    if origin is tuple:
+        parts = [p for p in text.replace("x", ",").replace("-", ",").split(",") if p.strip()]
+        return tuple(int(p) for p in parts)
+    if hint is int:
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError(f"{text!r} is not an integer")
+        return int(value)
+    if hint is float:
+        return float(text)
+    raise ValueError(f"cannot parse a value for {name}")
+
+
+def parse_override(assignment: str) -> tuple[str, Any]:
+    """Parse `KEY=VALUE` into `(field name, value of the field's type)`.
+
+    Raises ValueError with a message naming the valid fields or the expected type.
+    """
+    if "=" not in assignment:
+        raise ValueError(f"--set {assignment!r}: expected KEY=VALUE")
+    key, text = (s.strip() for s in assignment.split("=", 1))
+    hints = typing.get_type_hints(VariantSpec)
+    if key not in hints:
+        raise ValueError(f"--set {key}: unknown field; valid fields: {', '.join(field_names())}")
+    try:
+        return key, _parse_value(text, hints[key], key)
+    except ValueError as exc:
+        choices = literal_choices(key)
+        hint = hints[key]
+        expected = f"one of {', '.join(choices)}" if choices else getattr(hint, "__name__", str(hint).replace("typing.", ""))
+        raise ValueError(f"--set {key}={text}: cannot parse ({exc}); expected {expected}") from None
+
+
+def with_overrides(spec: VariantSpec, overrides: dict[str, Any]) -> VariantSpec:
+    """A copy of `spec` with `overrides` applied; raises ValueError for invalid values."""
+    return dataclasses.replace(spec, **overrides)
