@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -61,7 +62,9 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
                 probe = Job(name, entry.description, entry.spec, request.overrides, env_id, (seed,),
                             request.budgets[env_id], str(request.out), request.device, request.command)
                 path = records.run_dir(request.out, env_id, name, seed)
-                if not fresh and (path / "config.json").exists():
+                if fresh:
+                    shutil.rmtree(path, ignore_errors=True)
+                if (path / "config.json").exists():
                     try:
                         old = identity(records.read_json(path / "config.json"))
                     except (OSError, ValueError):
@@ -75,6 +78,8 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
                         skipped += 1
                         continue
                 todo.append(seed)
+            if fresh:
+                shutil.rmtree(Path(request.out) / "checkpoints" / env_id / name, ignore_errors=True)
             for i in range(0, len(todo), request.members):
                 chunk = tuple(todo[i : i + request.members])
                 jobs.append(Job(name, entry.description, entry.spec, request.overrides, env_id, chunk,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 EVAL_COLUMNS = ("env_step", "return_mean", "return_std", "episodes")
 TRAIN_COLUMNS = ("env_step", "episode_return", "episode_length")
@@ -23,20 +23,41 @@ def run_dir(out: Path, env_id: str, variant: str, seed: int) -> Path:
     return Path(out) / "runs" / env_id / variant / f"seed_{seed}"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, fsync it, then rename it over `path`."""
+class WriteError(OSError):
+    """A results file could not be written (permissions, full disk); the old file, if any, is intact."""
+
+
+def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, fsync it, then rename it over `path`."""
+    _atomic_write(path, lambda fh: fh.write(data))
+
+
+def save_torch(path: Path, obj: Any) -> None:
+    """torch.save, atomically (a checkpoint is either the old one or the new one)."""
+    import torch
+
+    _atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

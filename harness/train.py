@@ -23,10 +23,11 @@ from variants.rewards import transform_reward
 from variants.spec import VariantSpec
 
 from . import records
-from .envs import EnvInfo, env_info, make_vector_env, true_next_obs
+from .envs import EnvInfo, LockstepEnvs, env_info, make_vector_env
 from .profiles import Budget
 
 EVAL_SEED_BASE = 1_000_000
+PROGRESS_EVERY = 500  # env steps between progress reports
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,19 @@ class MemberRecord:
         means = [row[1] for row in self.eval_rows]
         return records.finite_or_none(means[-1]), records.finite_or_none(float(np.mean(means)))
 
+    def snapshot(self) -> dict:
+        """What a checkpoint keeps of this member (plain lists, loadable with weights_only)."""
+        return {"eval_rows": list(self.eval_rows), "train_rows": list(self.train_rows),
+                "diag_rows": list(self.diag_rows), "state": self.state, "error": self.error,
+                "error_step": self.error_step, "env_steps": self.env_steps}
+
+    def restore(self, saved: dict) -> None:
+        self.eval_rows = [tuple(r) for r in saved["eval_rows"]]
+        self.train_rows = [tuple(r) for r in saved["train_rows"]]
+        self.diag_rows = [tuple(r) for r in saved["diag_rows"]]
+        self.state, self.error, self.error_step = saved["state"], saved["error"], saved["error_step"]
+        self.env_steps = int(saved["env_steps"])
+
     def write_curves(self) -> None:
         records.write_csv(self.path / "eval.csv", records.EVAL_COLUMNS, self.eval_rows)
         records.write_csv(self.path / "train.csv", records.TRAIN_COLUMNS, self.train_rows)
@@ -122,18 +136,16 @@ class MemberRecord:
 
 def store_transition(
     buffer: ReplayBuffer, spec: VariantSpec, env_id: str, obs: np.ndarray, action: np.ndarray,
-    reward: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: dict,
+    reward: np.ndarray, final_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
 ) -> np.ndarray:
-    """Store one vector step's transitions; returns which sub-envs' episodes ended.
+    """Store one lockstep's transitions; returns which envs' episodes ended.
 
-    The stored next observation is the one the episode actually reached (info["final_obs"] after an
-    autoreset), and only `terminated` stops bootstrapping: a time-limit truncation is not an end of
-    the MDP, so its target still bootstraps from the final observation.
+    The stored next observation is the one the episode actually reached (`final_obs`, not the reset
+    observation that follows an episode end), and only `terminated` stops bootstrapping: a time-limit
+    truncation is not an end of the MDP, so its target still bootstraps from the final observation.
     """
-    done = terminated | truncated
-    buffer.add(obs, action, transform_reward(reward, spec.reward, env_id, spec.reward_scale),
-               true_next_obs(next_obs, done, info), terminated)
-    return done
+    buffer.add(obs, action, transform_reward(reward, spec.reward, env_id, spec.reward_scale), final_obs, terminated)
+    return terminated | truncated
 
 
 def evaluate(learner: SACLearner, eval_env, info: EnvInfo, seeds: tuple[int, ...], episodes: int) -> np.ndarray:
@@ -150,36 +162,80 @@ def evaluate(learner: SACLearner, eval_env, info: EnvInfo, seeds: tuple[int, ...
     return returns.reshape(s, episodes)
 
 
-def train_job(job: Job, on_progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Train every seed of `job`, write its run records, and return the runs.csv rows."""
+class Interrupted(Exception):
+    """Training stopped on request after writing a checkpoint; rerunning resumes it."""
+
+
+def checkpoint_path(job: Job) -> Path:
+    return Path(job.out) / "checkpoints" / job.env_id / job.variant / f"seeds_{'-'.join(map(str, job.seeds))}.pt"
+
+
+def checkpoint_steps(budget: Budget) -> set[int]:
+    """A checkpoint every tenth of the budget (the last tenth is the finished run itself)."""
+    return {round(i * budget.total_steps / 10) for i in range(1, 10)} - {0}
+
+
+def train_job(
+    job: Job,
+    on_progress: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[dict]:
+    """Train every seed of `job`, write its run records, and return the runs.csv rows.
+
+    Resumes from the job's checkpoint when one exists. `on_progress(n)` is told every n new env steps;
+    when `should_stop()` turns true the job writes a checkpoint and raises `Interrupted`.
+    """
     start = time.perf_counter()
     torch_device = torch.device(job.device)
-    out = Path(job.out)
     info = env_info(job.env_id)
     spec, budget, s = job.spec, job.budget, len(job.seeds)
-    members = [MemberRecord(seed, records.run_dir(out, job.env_id, job.variant, seed)) for seed in job.seeds]
+    members = [MemberRecord(seed, records.run_dir(Path(job.out), job.env_id, job.variant, seed)) for seed in job.seeds]
     for m in members:
         records.write_json(m.path / "config.json", job.run_config(m.seed))
 
-    env = make_vector_env(job.env_id, s)
+    envs = LockstepEnvs(job.env_id, s)
     eval_env = make_vector_env(job.env_id, s * budget.eval_episodes)
-    step = 0
+    ckpt = checkpoint_path(job)
+    step, elapsed_before, reported = 0, 0.0, 0
     try:
         learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, job.seeds, torch_device)
         buffer = ReplayBuffer(s, min(spec.buffer_size, budget.total_steps), info.obs_dim, info.act_dim, torch_device)
-        obs, _ = env.reset(seed=list(job.seeds))
         ep_return, ep_len = np.zeros(s), np.zeros(s, dtype=np.int64)
-        eval_steps = set(budget.eval_steps())
+        identities = [identity(job.run_config(seed)) for seed in job.seeds]
+        state = torch.load(ckpt, weights_only=True, map_location=torch_device) if ckpt.exists() else None
+        if state is not None and state.get("identities") == identities:
+            learner.load_state_dict(state["learner"])
+            buffer.load_state_dict(state["buffer"])
+            obs = envs.load_state_dict(state["envs"])
+            step, elapsed_before = int(state["step"]), float(state["elapsed"])
+            ep_return, ep_len = state["ep_return"].numpy().copy(), state["ep_len"].numpy().copy()
+            for m, saved in zip(members, state["members"]):
+                m.restore(saved)
+        else:
+            obs = envs.reset(list(job.seeds))
+        reported = step
+        eval_steps, save_steps = set(budget.eval_steps()), checkpoint_steps(budget)
+
+        def save_checkpoint() -> None:
+            records.save_torch(ckpt, {
+                "identities": identities, "step": step, "elapsed": elapsed_before + time.perf_counter() - start,
+                "learner": learner.state_dict(), "buffer": buffer.state_dict(), "envs": envs.state_dict(),
+                "ep_return": torch.as_tensor(ep_return), "ep_len": torch.as_tensor(ep_len),
+                "members": [m.snapshot() for m in members],
+            })
+
         while step < budget.total_steps:
+            if should_stop():
+                save_checkpoint()
+                raise Interrupted(f"{job.key} stopped at env step {step}")
             if step < spec.learning_starts:
                 action = learner.random_actions()
             else:
                 action = learner.act(obs[:, None, :], deterministic=False)[:, 0, :]
             to_env = env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
             to_env[[not m.active for m in members]] = 0.0  # a diverged member's NaNs stay out of its env
-            next_obs, reward, terminated, truncated, step_info = env.step(to_env)
-            done = store_transition(buffer, spec, job.env_id, obs, action, reward, next_obs, terminated,
-                                    truncated, step_info)
+            next_obs, reward, terminated, truncated, final_obs = envs.step(to_env)
+            done = store_transition(buffer, spec, job.env_id, obs, action, reward, final_obs, terminated, truncated)
             obs = next_obs
             step += 1
             ep_return += reward
@@ -201,8 +257,13 @@ def train_job(job: Job, on_progress: Callable[[int], None] | None = None) -> lis
                         m.write_curves()
             if not any(m.active for m in members):
                 break
-            if on_progress is not None:
-                on_progress(step)
+            if step in save_steps:
+                save_checkpoint()
+            if on_progress is not None and step - reported >= PROGRESS_EVERY:
+                on_progress(step - reported)
+                reported = step
+    except (Interrupted, records.WriteError):
+        raise
     except Exception as exc:  # the run is recorded as failed and the grid goes on
         text = f"{type(exc).__name__}: {exc}".strip()
         detail = traceback.format_exc(limit=3)
@@ -210,9 +271,11 @@ def train_job(job: Job, on_progress: Callable[[int], None] | None = None) -> lis
             if m.active:
                 m.stop("failed", f"{text}\n{detail}", step)
     finally:
-        env.close()
+        envs.close()
         eval_env.close()
-    wall = time.perf_counter() - start
+    if on_progress is not None and step > reported:
+        on_progress(step - reported)
+    wall = elapsed_before + time.perf_counter() - start
     rows = []
     for m in members:
         if m.active:
@@ -222,6 +285,7 @@ def train_job(job: Job, on_progress: Callable[[int], None] | None = None) -> lis
         rows.append({"env": job.env_id, "variant": job.variant, "seed": m.seed, "state": status["state"],
                      "final_return": status["final_return"], "auc_return": status["auc_return"],
                      "env_steps": status["env_steps"], "wall_s": status["wall_s"]})
+    ckpt.unlink(missing_ok=True)
     return rows
 
 

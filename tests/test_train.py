@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.envs import make_vector_env
+from harness.envs import LockstepEnvs, make_vector_env
 from harness.profiles import budget_for
-from harness.train import Job, MemberRecord, _record_diagnostics, store_transition, train_job
+from harness.train import Interrupted, Job, MemberRecord, _record_diagnostics, checkpoint_path, store_transition, train_job
 from variants import CATALOG, REFERENCE
 from variants.buffer import ReplayBuffer
 from helpers import filled_buffer, make_learner, tiny_spec
@@ -23,36 +23,72 @@ def job_for(tmp_path, variant="reference", seeds=(0,), steps=300, env_id="Pendul
 
 
 def test_truncated_transition_stores_final_obs_and_keeps_bootstrap():
-    env = make_vector_env("Pendulum-v1", 1)
+    envs = LockstepEnvs("Pendulum-v1", 1)
     buf = ReplayBuffer(1, 300, 3, 1)
-    obs, _ = env.reset(seed=[0])
+    obs = envs.reset([0])
     for t in range(200):
         action = np.zeros((1, 1), dtype=np.float32)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        done = store_transition(buf, REFERENCE, "Pendulum-v1", obs, action, reward, next_obs, terminated, truncated, info)
+        next_obs, reward, terminated, truncated, final_obs = envs.step(action)
+        done = store_transition(buf, REFERENCE, "Pendulum-v1", obs, action, reward, final_obs, terminated, truncated)
         obs = next_obs
-    env.close()
+    envs.close()
     assert done[0] and truncated[0] and not terminated[0]  # Pendulum's 200-step time limit
-    np.testing.assert_allclose(buf.next_obs[0, 199].numpy(), info["final_obs"][0], rtol=1e-6)
-    assert not np.allclose(buf.next_obs[0, 199].numpy(), next_obs[0])  # not the reset observation
+    np.testing.assert_allclose(buf.next_obs[0, 199].numpy(), final_obs[0], rtol=1e-6)
+    assert not np.allclose(final_obs[0], next_obs[0])  # the episode's end, not the reset observation
     assert buf.terminated.sum() == 0  # a truncation never stops bootstrapping
 
 
-def test_terminated_transition_is_flagged_and_uses_final_obs():
+def test_terminated_transition_is_flagged():
     buf = ReplayBuffer(2, 4, 2, 1)
-    info = {"final_obs": np.array([np.array([9.0, 9.0]), np.array([7.0, 7.0])], dtype=object)}
     store_transition(buf, REFERENCE, "Pendulum-v1", np.zeros((2, 2)), np.zeros((2, 1)), np.array([1.0, 2.0]),
-                     np.ones((2, 2)), np.array([True, False]), np.array([False, True]), info)
+                     np.array([[9.0, 9.0], [7.0, 7.0]]), np.array([True, False]), np.array([False, True]))
     assert buf.terminated[:, 0].tolist() == [1.0, 0.0]
     assert buf.next_obs[:, 0].tolist() == [[9.0, 9.0], [7.0, 7.0]]
 
 
-def test_learner_sees_transformed_reward():
-    buf = ReplayBuffer(1, 2, 2, 1)
-    spec = dataclasses.replace(REFERENCE, reward="scale", reward_scale=3.0)
-    store_transition(buf, spec, "Pendulum-v1", np.zeros((1, 2)), np.zeros((1, 1)), np.array([-2.0]),
-                     np.zeros((1, 2)), np.array([False]), np.array([False]), {})
-    assert buf.reward[0, 0].item() == -6.0
+def test_lockstep_envs_step_like_gymnasium_same_step_autoreset():
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, size=(700, 2, 2)).astype(np.float32)
+    ours, theirs = LockstepEnvs("LunarLanderContinuous-v3", 2), make_vector_env("LunarLanderContinuous-v3", 2)
+    a, _ = ours.reset([5, 6]), None
+    b, _ = theirs.reset(seed=[5, 6])
+    ends = 0
+    for act in actions:
+        a, ra, ta, tra, final = ours.step(act)
+        b, rb, tb, trb, info = theirs.step(act)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(ra, rb)
+        for i in np.flatnonzero(ta | tra):
+            np.testing.assert_array_equal(final[i], info["final_obs"][i])
+            ends += 1
+    assert ends >= 2  # episodes ended and were reset along the way
+    ours.close(), theirs.close()
+
+
+def test_lockstep_envs_checkpoint_replays_to_the_same_state():
+    rng = np.random.default_rng(1)
+    actions = rng.uniform(-1, 1, size=(400, 2, 2)).astype(np.float32)
+    envs = LockstepEnvs("LunarLanderContinuous-v3", 2)
+    envs.reset([3, 4])
+    for act in actions[:250]:
+        envs.step(act)
+    state = torch.load(_roundtrip(envs.state_dict()), weights_only=True)
+    resumed = LockstepEnvs("LunarLanderContinuous-v3", 2)
+    obs_resumed = resumed.load_state_dict(state)
+    for act in actions[250:]:
+        x, y = envs.step(act), resumed.step(act)
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+    assert obs_resumed.shape == (2, 8)
+
+
+def _roundtrip(obj):
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
 
 
 def test_same_seed_twice_gives_identical_records(tmp_path):
@@ -129,3 +165,19 @@ def test_every_catalog_variant_trains_a_smoke_run(tmp_path, variant):
 def test_box2d_envs_train(tmp_path, env_id):
     rows = train_job(job_for(tmp_path, env_id=env_id, steps=200, **dict(FAST, learning_starts=150)))
     assert rows[0]["state"] == "complete" and rows[0]["env_steps"] == 200
+
+
+def test_interrupted_job_resumes_to_identical_records(tmp_path):
+    fast = dict(FAST, learning_starts=50)
+    train_job(job_for(tmp_path / "whole", steps=400, **fast))
+    calls = iter(range(10_000))
+    job = job_for(tmp_path / "split", steps=400, **fast)
+    with pytest.raises(Interrupted):
+        train_job(job, should_stop=lambda: next(calls) == 237)  # mid-episode, mid-interval
+    assert checkpoint_path(job).exists()
+    train_job(job)
+    assert not checkpoint_path(job).exists()
+    for name in ("eval.csv", "train.csv", "diagnostics.csv"):
+        a = (tmp_path / "whole/runs/Pendulum-v1/reference/seed_0" / name).read_bytes()
+        b = (tmp_path / "split/runs/Pendulum-v1/reference/seed_0" / name).read_bytes()
+        assert a == b, name
