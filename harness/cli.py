@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +17,9 @@ from variants.catalog import CATALOG, REFERENCE, CatalogEntry
 from variants.spec import VariantSpec, parse_override, with_overrides
 
 from .envs import ENV_IDS
+from . import grid
+from .records import WriteError
+from .train import Interrupted
 from .profiles import PROFILES, budget_for
 
 
@@ -96,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="parallel worker processes on CPU (default: number of cores)")
     run.add_argument("--members", type=_positive_int("--members"), default=None,
                      help="seeds trained together as members of one batched learner (default: 1 on CPU, all on CUDA)")
+    run.add_argument("--backend", default="local", choices=("local", "ray"),
+                     help="local worker processes (default) or Ray tasks (pip install -e .[ray])")
+    run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
     run.add_argument("--no-report", action="store_true", help="do not build a report at the end")
@@ -126,8 +134,10 @@ def cmd_list() -> int:
 
 
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from . import grid
+    from . import ray_backend
 
+    if args.backend == "ray" and not ray_backend.ray_available():
+        raise UsageError(ray_backend.INSTALL_HINT)
     variant_names = _split_names(args.variants, list(CATALOG), "variant")
     envs = _split_names(args.envs, list(ENV_IDS), "env")
     if args.profile not in PROFILES:
@@ -154,13 +164,18 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"grid: {len(variants)} variants x {len(envs)} envs x {args.seeds} seeds = {runs} runs "
           f"({skipped} already finished, {len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
           f"estimated {eta / 60:.1f} min", flush=True)
-    grid.execute(jobs, workers)
+    if args.backend == "ray":
+        progress = grid.Progress(jobs)
+        try:
+            ray_backend.execute_ray(jobs, args.address, progress)
+        finally:
+            progress.close()
+    else:
+        grid.execute(jobs, workers)
     rows = grid.collect_runs(out)
     grid.write_runs_csv(out, rows)
-    counts = {}
-    for r in rows:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-    print("run states: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; runs.csv in {out}")
+    counts = grid.print_state_table([r for r in rows if r["variant"] in variants and r["env"] in envs])
+    print(f"runs.csv in {out}")
     if not args.no_report:
         cmd_report(out, None)
     bad = sum(v for k, v in counts.items() if k != "complete")
@@ -179,6 +194,9 @@ def cmd_report(results: Path, out: Path | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        # A shell starts background jobs with SIGINT ignored; a grid must still stop cleanly on it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         args = build_parser().parse_args(argv)
         if args.command == "list":
@@ -192,7 +210,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume: finished runs are kept", file=sys.stderr)
+    except (KeyboardInterrupt, Interrupted):
+        print("interrupted: running jobs wrote checkpoints; rerun the same command to resume "
+              "(finished runs are kept)", file=sys.stderr)
         return 130
+    except grid.WorkerCrashed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except WriteError as exc:
+        print(f"error: {exc.strerror}", file=sys.stderr)
+        return 2
     return 2

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -15,11 +20,15 @@ from variants.catalog import CatalogEntry
 
 from . import records
 from .profiles import Budget
-from .train import Job, identity, train_job
+from .train import Interrupted, Job, identity, train_job
 
 # Measured on the 2-core development machine (one thread, 256x256, batch 256): one SAC update with its
 # env step costs about 15 ms per member; used only for the estimate printed before a grid starts.
 SECONDS_PER_MEMBER_STEP = 0.015
+
+
+class WorkerCrashed(Exception):
+    """A worker process died without reporting (killed, out of memory)."""
 
 
 class ConfigConflict(Exception):
@@ -108,38 +117,173 @@ def _tune_worker() -> None:
         pass  # not glibc: defaults are fine
 
 
-def _run_job(job: Job) -> list[dict]:
+# --- stopping on Ctrl-C: each process sets a flag that its training loop checks between steps ----
+
+_stop_requested = threading.Event()
+
+
+def _request_stop(signum, frame) -> None:
+    _stop_requested.set()
+
+
+def _worker_init(progress_queue) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
     _tune_worker()
-    return train_job(job)
+    signal.signal(signal.SIGINT, _request_stop)
+
+
+_progress_queue = None
+
+
+def _report_progress(steps: int) -> None:
+    if _progress_queue is not None:
+        _progress_queue.put(steps)
+
+
+def _run_job(job: Job) -> list[dict]:
+    return train_job(job, on_progress=lambda n: _report_progress(n * len(job.seeds)), should_stop=_stop_requested.is_set)
+
+
+class Progress:
+    """Grid progress: a tqdm bar on a terminal; otherwise one line per finished run and a status line
+    every `every` seconds (CI logs, files)."""
+
+    def __init__(self, jobs: Sequence[Job], log=print, every: float = 60.0, stream=None):
+        self.stream = stream or sys.stderr
+        self.total_runs = sum(len(j.seeds) for j in jobs)
+        self.total_steps = sum(j.budget.total_steps * len(j.seeds) for j in jobs)
+        self.runs_done, self.steps_done = 0, 0
+        self.started = self.last_line = time.perf_counter()
+        self.log, self.every = log, every
+        self.bar = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total_steps, unit="step", unit_scale=True, file=self.stream,
+                            desc=f"runs 0/{self.total_runs}", smoothing=0.05)
+
+    def steps(self, n: int, members: int = 1) -> None:
+        self.steps_done += n * members
+        if self.bar is not None:
+            self.bar.update(n * members)
+        elif time.perf_counter() - self.last_line >= self.every:
+            self.last_line = time.perf_counter()
+            self.log(self.status_line())
+
+    def status_line(self) -> str:
+        elapsed = time.perf_counter() - self.started
+        rate = self.steps_done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total_steps - self.steps_done) / rate if rate > 0 else float("nan")
+        return (f"[status] {self.runs_done}/{self.total_runs} runs done, {self.steps_done:,}/{self.total_steps:,} "
+                f"env steps, {rate:.0f} steps/s, elapsed {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min")
+
+    def finished(self, rows: list[dict]) -> None:
+        self.runs_done += len(rows)
+        for r in rows:
+            final = "n/a" if r["final_return"] is None else f"{r['final_return']:.1f}"
+            line = (f"[{self.runs_done}/{self.total_runs}] {r['env']} {r['variant']} seed {r['seed']}: {r['state']}, "
+                    f"final_return {final}, {r['env_steps'] / max(r['wall_s'], 1e-9):.0f} steps/s")
+            if self.bar is not None:
+                self.bar.set_description(f"runs {self.runs_done}/{self.total_runs}")
+                self.bar.write(line, file=self.stream)
+            else:
+                self.log(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def execute(jobs: Sequence[Job], workers: int, log=print) -> list[dict]:
-    """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows."""
+    """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows.
+
+    On Ctrl-C every running job writes a checkpoint and stops; `Interrupted` is then raised here.
+    """
     rows: list[dict] = []
-    total = len(jobs)
-    started = time.perf_counter()
-
-    def finished(job_rows: list[dict]) -> None:
-        rows.extend(job_rows)
-        done = len({(r["env"], r["variant"], r["seed"]) for r in rows})
-        elapsed = time.perf_counter() - started
-        for r in job_rows:
-            final = "n/a" if r["final_return"] is None else f"{r['final_return']:.1f}"
-            log(f"[{done} runs done, {elapsed:.0f}s] {r['env']} {r['variant']} seed {r['seed']}: "
-                f"{r['state']}, final_return {final}, {r['env_steps'] / max(r['wall_s'], 1e-9):.0f} steps/s")
-
-    if workers <= 1 or total <= 1:
-        for job in jobs:
-            finished(_run_job(job))
-        return rows
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pending = {pool.submit(_run_job, job) for job in jobs}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                finished(fut.result())
+    progress = Progress(jobs, log=log)
+    interrupted = False
+    try:
+        if workers <= 1 or len(jobs) <= 1:
+            interrupted = _execute_here(jobs, progress, rows)
+        else:
+            interrupted = _execute_pool(jobs, workers, progress, rows)
+    finally:
+        progress.close()
+    if interrupted:
+        raise Interrupted("stopped after checkpointing the running jobs")
     return rows
+
+
+def _execute_here(jobs: Sequence[Job], progress: Progress, rows: list[dict]) -> bool:
+    _tune_worker()
+    _stop_requested.clear()
+    previous = signal.signal(signal.SIGINT, _request_stop)
+    try:
+        for job in jobs:
+            try:
+                job_rows = train_job(job, on_progress=lambda n, m=len(job.seeds): progress.steps(n, m),
+                                     should_stop=_stop_requested.is_set)
+            except Interrupted:
+                return True
+            rows.extend(job_rows)
+            progress.finished(job_rows)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return False
+
+
+def _execute_pool(jobs: Sequence[Job], workers: int, progress: Progress, rows: list[dict]) -> bool:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    interrupted = False
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                             initargs=(queue,)) as pool:
+        # Workers start with SIGINT ignored (inherited through spawn) until their initializer installs
+        # the checkpoint-and-stop handler: a Ctrl-C while they import torch must not kill them.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            pending = {pool.submit(_run_job, job) for job in jobs}
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                _drain(queue, progress)
+                for fut in done:
+                    try:
+                        job_rows = fut.result()
+                    except Interrupted:
+                        interrupted = True
+                        continue
+                    except BrokenProcessPool as exc:
+                        if interrupted:
+                            continue
+                        raise WorkerCrashed("a worker process died (out of memory or killed?); finished runs "
+                                            "are kept and a rerun resumes the others") from exc
+                    rows.extend(job_rows)
+                    progress.finished(job_rows)
+            except KeyboardInterrupt:
+                # The terminal's Ctrl-C reaches the workers too; a signal sent to this process alone
+                # is forwarded. Jobs not yet started are dropped; running ones checkpoint and stop.
+                interrupted = True
+                for fut in pending:
+                    fut.cancel()
+                for proc in list(getattr(pool, "_processes", {}).values()):
+                    try:
+                        os.kill(proc.pid, signal.SIGINT)
+                    except OSError:
+                        pass
+    _drain(queue, progress)
+    return interrupted
+
+
+def _drain(queue, progress: Progress) -> None:
+    while True:
+        try:
+            progress.steps(queue.get_nowait())
+        except Exception:  # queue.Empty, or a closed queue at shutdown
+            return
 
 
 def collect_runs(out: Path) -> list[dict]:
@@ -155,6 +299,28 @@ def collect_runs(out: Path) -> list[dict]:
                      "final_return": status.get("final_return"), "auc_return": status.get("auc_return"),
                      "env_steps": status.get("env_steps"), "wall_s": status.get("wall_s")})
     return rows
+
+
+def print_state_table(grid_rows: list[dict], log=print) -> dict[str, int]:
+    """Print a table of run states (variant x env) of this grid; returns the counts per state."""
+    counts: dict[str, int] = {}
+    cells: dict[tuple[str, str], dict[str, int]] = {}
+    for r in grid_rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+        cell = cells.setdefault((r["variant"], r["env"]), {})
+        cell[r["state"]] = cell.get(r["state"], 0) + 1
+    envs = sorted({e for _, e in cells})
+    width = max([len(v) for v, _ in cells] + [7])
+    log("run states:")
+    log("  " + "variant".ljust(width) + "".join(f"  {e:>26s}" for e in envs))
+    for variant in dict.fromkeys(v for v, _ in cells):
+        parts = []
+        for e in envs:
+            cell = cells.get((variant, e), {})
+            parts.append(f"  {', '.join(f'{n} {k}' for k, n in sorted(cell.items())) or '-':>26s}")
+        log("  " + variant.ljust(width) + "".join(parts))
+    log("total: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return counts
 
 
 def write_runs_csv(out: Path, rows: Iterable[dict]) -> None:

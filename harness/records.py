@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
+import numpy as np
+
 EVAL_COLUMNS = ("env_step", "return_mean", "return_std", "episodes")
 TRAIN_COLUMNS = ("env_step", "episode_return", "episode_length")
 RUNS_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s")
@@ -78,6 +80,8 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[Any]])
 
 
 def _fmt(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float):
         return repr(value)  # shortest round-trip text: same value, same bytes
     return "" if value is None else value

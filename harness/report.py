@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
 import matplotlib
@@ -55,7 +55,7 @@ DIAGNOSTIC_TITLES = {
     "saturation_fraction": "share of |tanh(u)| > 0.999",
     "log_prob_gap": "log-prob gap (naive - softplus)",
 }
-LOG_SCALE_DIAGNOSTICS = ("alpha", "critic_loss")  # span orders of magnitude; log only when all > 0
+LOG_SCALE_DIAGNOSTICS = ("alpha", "critic_loss")  # may span orders of magnitude: log when all > 0 and they do
 REPORT_PACKAGES = ("numpy", "pandas", "scipy", "rliable", "matplotlib", "seaborn")
 
 
@@ -157,10 +157,12 @@ def _write_runs_csv(path: Path, runs: pd.DataFrame) -> Path:
 def variant_colors(variants: Sequence[str], reference: str = REFERENCE_NAME) -> dict[str, tuple[float, float, float]]:
     """One fixed colour per variant: the reference near-black, catalog variants by catalog position (the
     same colour in every report), other names after them in sorted order."""
-    palette = [*sns.color_palette("colorblind", 10), *sns.color_palette("dark", 10)]
+    colorblind = sns.color_palette("colorblind", 10)
+    # Without its pale yellow (index 8), unreadable as text on white; "dark" supplies further colours.
+    palette = [*colorblind[:8], colorblind[9], *sns.color_palette("dark", 10)]
     catalog = [v for v in CATALOG if v != reference]
     others = sorted(set(variants) - set(catalog) - {reference})
-    if len(catalog) + len(others) > len(palette):
+    if len(catalog) + len(others) > len(palette):  # many unknown names: evenly spaced hues
         palette += sns.color_palette("husl", len(catalog) + len(others) - len(palette))
     colors = {name: tuple(palette[i]) for i, name in enumerate([*catalog, *others])}
     colors[reference] = (0.13, 0.13, 0.13)
@@ -218,8 +220,9 @@ def _draw_figures(
 ) -> list[FigureFile]:
     figures: list[FigureFile] = []
     envs = stats.env_order(runs["env"].tolist())
-    sns.set_theme(style="whitegrid", context="notebook")
-    try:
+    # rc_context restores matplotlib's global style afterwards, whatever seaborn's theme changed.
+    with plt.rc_context():
+        sns.set_theme(style="whitegrid", context="notebook")
         for env in envs:
             figures += plot_learning_curves(out_dir, env, curves[curves["env"] == env], colors)
         for metric in stats.RETURN_METRICS:
@@ -229,9 +232,6 @@ def _draw_figures(
         for env in envs:
             figures += plot_diagnostics(out_dir, env, diagnostics[diagnostics["env"] == env], colors)
         figures += plot_run_states(out_dir, runs, colors)
-    finally:
-        sns.reset_orig()  # leave matplotlib's global style as it was
-        plt.close("all")
     return figures
 
 
@@ -339,11 +339,18 @@ def plot_probability_of_improvement(
             if np.isnan(v["poi"]):
                 ax.text(0.5, row, v["verdict"], ha="center", va="center", fontsize="small", color="grey")
                 continue
-            ax.barh(row, v["poi_ci_high"] - v["poi_ci_low"], left=v["poi_ci_low"], height=0.6,
-                    color=colors[variant], alpha=0.75)
-            ax.plot([v["poi"]], [row], marker="|", markersize=14, color="black")
+            # A zero-width interval (all resamples agree) still gets a visible sliver.
+            width = max(v["poi_ci_high"] - v["poi_ci_low"], 0.012)
+            ax.barh(row, width, left=min(v["poi_ci_low"], 1.0 - width), height=0.6, color=colors[variant], alpha=0.75)
+            ax.plot([v["poi"]], [row], marker="|", markersize=14, markeredgewidth=2, color="black")
+            # A clear verdict in words, in the half of the panel its interval does not touch.
+            if v["verdict"] in (stats.BETTER, stats.WORSE):
+                right = v["verdict"] == stats.WORSE
+                ax.text(0.98 if right else 0.02, row, v["verdict"], ha="right" if right else "left", va="center",
+                        fontsize="small", color="dimgrey")
         ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
         ax.set_xlim(0.0, 1.0)
+        ax.set_xticks([0.0, 0.25, 0.5, 0.75, 1.0], ["0", ".25", ".5", ".75", "1"])
         ax.set_ylim(-0.6, len(variants) - 0.4)
         ax.set_title(_mpl("all envs" if env == stats.ALL_ENVS else env), fontsize="medium")
         ax.set_xlabel(_mpl(f"P(variant > {reference})"))
@@ -352,7 +359,7 @@ def plot_probability_of_improvement(
     for label, variant in zip(axes[0][0].get_yticklabels(), variants):
         label.set_color(colors[variant])
     axes[0][0].invert_yaxis()
-    fig.subplots_adjust(wspace=0.08)
+    fig.subplots_adjust(wspace=0.1)
     _save(fig, out_dir, "probability_of_improvement.png")
     return [FigureFile("probability_of_improvement.png", "Probability of improvement",
                        f"Probability of improvement over {reference}",
@@ -370,11 +377,15 @@ def plot_diagnostics(out_dir: Path, env: str, diagnostics: pd.DataFrame, colors:
     for ax, column in zip(axes.ravel(), columns):
         for variant in variants:
             cell = diagnostics[diagnostics["variant"] == variant]
-            ax.plot(cell["env_step"], cell[column], color=colors[variant], linewidth=1.6)
+            # Markers only on short series: a run with one diagnostics row would otherwise draw nothing.
+            ax.plot(cell["env_step"], cell[column], color=colors[variant], linewidth=1.6,
+                    marker="o" if len(cell) <= 30 else None, markersize=3)
         values = diagnostics[column].to_numpy(dtype=np.float64)
         values = values[np.isfinite(values)]
-        if column in LOG_SCALE_DIAGNOSTICS and values.size and (values > 0).all():
+        if column in LOG_SCALE_DIAGNOSTICS and values.size and (values > 0).all() and values.max() > 20 * values.min():
             ax.set_yscale("log")
+        else:
+            ax.ticklabel_format(axis="y", useOffset=False)  # plain values, no "1e-5 + 6.7e-1" offset
         ax.set_title(DIAGNOSTIC_TITLES.get(column, column), fontsize="medium")
     for ax in axes[1]:
         ax.set_xlabel("environment steps")
@@ -414,8 +425,8 @@ def plot_run_states(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any]
     for label, variant in zip(axes[0][0].get_yticklabels(), variants):
         label.set_color(colors[variant])
     axes[0][0].invert_yaxis()
-    fig.legend([Patch(color=STATE_COLORS[s]) for s in records.STATES], list(records.STATES), loc="upper center",
-               bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+    axes[0][-1].legend([Patch(color=STATE_COLORS[s]) for s in records.STATES], list(records.STATES),
+                       loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     _save(fig, out_dir, "run_states.png")
     return [FigureFile("run_states.png", "Run states", "Run states",
                        "Runs per state; failed and diverged runs are listed with their reasons above and kept out of "
@@ -437,12 +448,11 @@ def _num(value: float) -> str:
     return f"{value:.0f}" if magnitude >= 1000 else f"{value:.1f}" if magnitude >= 10 else f"{value:.3f}"
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], raw: bool = False, css: str = "") -> str:
-    """An HTML table; cells are escaped unless `raw` (then the caller escaped them)."""
-    cell = (lambda x: str(x)) if raw else esc
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """An HTML table; every header and cell is escaped."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>\n" for row in rows)
-    return f'<table class="{esc(css)}"><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>\n'
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>\n"
 
 
 def render_html(
@@ -463,7 +473,7 @@ def render_html(
         + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")
         + f". Reference: <code>{esc(reference)}</code>. Tables: <a href=\"runs.csv\">runs.csv</a>, "
         "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
-        _verdict_section(verdicts, envs, reference),
+        _verdict_section(verdicts, runs, envs, reference),
         _warning_section(warnings),
         _differences_section(runs, configs, reference),
         _summary_section(summary),
@@ -486,7 +496,14 @@ code{background:#f4f4f4;padding:0 0.2em}.lead{font-size:1.05em}
 """
 
 
-def _verdict_section(verdicts: pd.DataFrame, envs: Sequence[str], reference: str) -> str:
+def _unfinished_text(runs: pd.DataFrame, variant: str, env: str) -> str:
+    """'2 failed, 1 diverged' for the variant's runs in `env` (all envs for 'all'), '' if none."""
+    mine = runs[(runs["variant"] == variant) & ((runs["env"] == env) | (env == stats.ALL_ENVS))]
+    return ", ".join(f"{int((mine['state'] == s).sum())} {s}" for s in records.STATES
+                     if s != "complete" and (mine["state"] == s).any())
+
+
+def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str], reference: str) -> str:
     intro = (f"<h2>Verdicts: each variant vs <code>{esc(reference)}</code></h2>\n"
              "<p>From the final return of complete runs. PoI = P(a run of the variant beats a run of the reference), "
              "with its 95% stratified bootstrap interval: <em>better</em> if the interval lies entirely above 0.5, "
@@ -506,6 +523,9 @@ def _verdict_section(verdicts: pd.DataFrame, envs: Sequence[str], reference: str
             v = match.iloc[0]
             css = VERDICT_CLASSES.get(v["verdict"], "other")
             detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}"
+            unfinished = _unfinished_text(runs, variant, env)
+            if unfinished:
+                detail += f" ({unfinished})"
             if not np.isnan(v["poi"]):
                 detail = f"PoI {v['poi']:.2f} [{v['poi_ci_low']:.2f}, {v['poi_ci_high']:.2f}], " + detail
             if env == stats.ALL_ENVS and v["envs_compared"] and v["envs_compared"].split(";") != list(envs):
@@ -694,7 +714,7 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
         "<li>IQM: 25% trimmed mean of all runs (pooled over environments for <em>all</em>). Mean and median: of the "
         "per-environment means. Optimality gap: threshold minus the mean of min(score, threshold); threshold R_target on raw "
         "returns, 1 on normalized scores; lower is better.</li>"
-        "<li>final_return: the last evaluation's mean return; auc_return: the mean over all 20 evaluations.</li>"
+        "<li>final_return: the last evaluation's mean return; auc_return: the mean over all of a run's evaluations.</li>"
         f"<li>Verdicts need at least {stats.MIN_RUNS_FOR_VERDICT} complete runs on each side (otherwise <em>too few "
         "runs</em>): with one run the bootstrap interval has no width.</li>"
         "<li>Normalized score = (R - R_random) / (R_target - R_random); R_random measured with "

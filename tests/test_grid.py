@@ -1,0 +1,110 @@
+import dataclasses
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import grid, records
+from harness.cli import main
+from harness.profiles import budget_for
+from harness.train import Job, checkpoint_path, train_job
+from variants import CATALOG
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--set", "learning_starts=100", "--set", "hidden_sizes=32,32", "--set", "batch_size=64"]
+
+
+def grid_args(out, steps=300, seeds=2, *extra):
+    return ["run", "--variants", "reference", "--envs", "Pendulum-v1", "--seeds", str(seeds), "--steps", str(steps),
+            "--profile", "smoke", "--out", str(out), "--no-report", *SMALL, *extra]
+
+
+def run_files(out, name="eval.csv"):
+    return {p.relative_to(out): p.read_bytes() for p in sorted(Path(out).glob(f"runs/*/*/seed_*/{name}"))}
+
+
+def test_batched_members_equal_separate_runs_bit_for_bit(tmp_path):
+    entry = CATALOG["reference"]
+    spec = dataclasses.replace(entry.spec, learning_starts=100, hidden_sizes=(32, 32), batch_size=64)
+    budget = budget_for("smoke", "Pendulum-v1", 400)
+    train_job(Job("reference", "", spec, {}, "Pendulum-v1", (0, 1, 2), budget, str(tmp_path / "batched")))
+    for seed in (0, 1, 2):
+        train_job(Job("reference", "", spec, {}, "Pendulum-v1", (seed,), budget, str(tmp_path / "single")))
+    for name in ("eval.csv", "train.csv", "diagnostics.csv"):
+        batched, single = run_files(tmp_path / "batched", name), run_files(tmp_path / "single", name)
+        assert len(batched) == 3 and batched == single, name
+
+
+def test_sigkilled_grid_resumes_to_the_same_eval_curve(tmp_path):
+    whole = subprocess.run([sys.executable, "-m", "harness", *grid_args(tmp_path / "whole", 2000, 1, "--workers", "1")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    args = [sys.executable, "-m", "harness", *grid_args(tmp_path / "killed", 2000, 1, "--workers", "1")]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / "killed/checkpoints/Pendulum-v1/reference/seeds_0.pt"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if torch.load(ckpt, weights_only=True)["step"] >= 1000:
+                break
+        except (OSError, RuntimeError, EOFError, KeyError):
+            pass
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed/runs/Pendulum-v1/reference/seed_0/status.json").exists()  # killed mid-run
+    resumed = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert run_files(tmp_path / "killed") == run_files(tmp_path / "whole")
+    assert not ckpt.exists()
+
+
+def test_ray_backend_gives_the_local_curves(tmp_path, capsys):
+    pytest.importorskip("ray")
+    assert main(grid_args(tmp_path / "local", 300, 2, "--workers", "1")) == 0
+    assert main(grid_args(tmp_path / "ray", 300, 2, "--backend", "ray")) == 0
+    local, ray = run_files(tmp_path / "local"), run_files(tmp_path / "ray")
+    assert len(local) == 2 and local == ray
+
+
+def test_ray_backend_without_ray_says_how_to_install(tmp_path, monkeypatch, capsys):
+    from harness import ray_backend
+
+    monkeypatch.setattr(ray_backend, "ray_available", lambda: False)
+    assert main(grid_args(tmp_path) + ["--backend", "ray"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and 'pip install -e ".[ray]"' in err
+
+
+def test_full_disk_is_one_line_exit_2_and_leaves_no_temp_files(tmp_path, monkeypatch, capsys):
+    real_replace = os.replace
+
+    def full_disk(src, dst):
+        if str(dst).endswith("eval.csv"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(records.os, "replace", full_disk)
+    assert main(grid_args(tmp_path / "g", 200, 1, "--workers", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "No space left on device" in err and "Traceback" not in err
+    assert not list((tmp_path / "g").rglob("*.tmp"))
+    assert not list((tmp_path / "g").rglob("status.json"))  # nothing claims to be finished
+
+
+def test_progress_lines_when_not_a_terminal(tmp_path):
+    lines = []
+    job = Job("reference", "", CATALOG["reference"].spec, {}, "Pendulum-v1", (0, 1), budget_for("smoke", "Pendulum-v1", 100), str(tmp_path))
+    progress = grid.Progress([job], log=lines.append, every=0.0, stream=io.StringIO())
+    progress.steps(50, 2)
+    progress.finished([{"env": "Pendulum-v1", "variant": "reference", "seed": 0, "state": "complete",
+                        "final_return": -150.0, "env_steps": 100, "wall_s": 2.0}])
+    assert lines[0].startswith("[status] 0/2 runs done, 100/200 env steps")
+    assert lines[1] == "[1/2] Pendulum-v1 reference seed 0: complete, final_return -150.0, 50 steps/s"

@@ -1,0 +1,184 @@
+"""The report: files written, robustness to partial and damaged grids, determinism, HTML escaping.
+
+Results folders are synthetic (the schema files written directly by test_stats.write_run).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import records, report, stats
+from test_stats import write_cell, write_run
+
+MALICIOUS = "<img src=x onerror=alert(1)>&\"'"  # a legal folder name that is also HTML
+FINALS = np.linspace(-400.0, -200.0, 8)
+
+
+def build_grid(root: Path) -> None:
+    """Two envs, a clear loser, a tie, a malicious name, a failed, a diverged and a corrupt run."""
+    for env, offset in (("Pendulum-v1", 0.0), ("LunarLanderContinuous-v3", 400.0)):
+        write_cell(root, env, "reference", FINALS + offset)
+        write_cell(root, env, "naive-tanh", FINALS + offset - 500.0)
+    write_cell(root, "Pendulum-v1", MALICIOUS, FINALS[:4])
+    write_run(root, "Pendulum-v1", "critic-first", 0, state="failed")
+    write_run(root, "Pendulum-v1", "alpha-loss", 0, state="diverged")
+    corrupt = write_run(root, "Pendulum-v1", "alpha-loss", 1)
+    (corrupt / "status.json").write_text('{"state": "complete", "env_st')  # half-written
+    records.run_dir(root, "Pendulum-v1", "alpha-loss", 2).mkdir(parents=True)  # unfinished: no status.json
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, report.ReportSummary]:
+    results = tmp_path_factory.mktemp("results")
+    build_grid(results)
+    out = tmp_path_factory.mktemp("report")
+    summary = report.build_report(results, out)
+    return results, out, summary
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_report_writes_tables_figures_and_page(built) -> None:
+    _, out, summary = built
+    for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "learning_curves_Pendulum-v1.png",
+                 "learning_curves_LunarLanderContinuous-v3.png", "aggregate_final_return.png",
+                 "aggregate_auc_return.png", "performance_profile.png", "probability_of_improvement.png",
+                 "diagnostics_Pendulum-v1.png", "run_states.png"):
+        assert (out / name).is_file(), name
+        assert out / name in summary.files
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary file behind
+    page = (out / "index.html").read_text()
+    for png in out.glob("*.png"):
+        assert f'src="{png.name}"' in page  # every figure is on the page, by relative link
+        assert png.read_bytes().startswith(b"\x89PNG")
+    assert summary.state_counts == {"complete": 36, "failed": 1, "diverged": 1}
+    # The page opens with the verdict table, then the differences, the figures and the protocol.
+    positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Figures", "<h2>Protocol")]
+    assert positions == sorted(positions)
+
+
+def test_failed_diverged_and_corrupt_runs_are_listed(built) -> None:
+    _, out, summary = built
+    rows = read_rows(out / "runs.csv")
+    assert list(rows[0]) == [*records.RUNS_COLUMNS, "reason"]
+    states = {(r["variant"], r["seed"]): r for r in rows}
+    assert states[("critic-first", "0")]["state"] == "failed"
+    assert "failed on purpose" in states[("critic-first", "0")]["reason"]
+    assert states[("critic-first", "0")]["final_return"] == ""
+    assert states[("alpha-loss", "0")]["state"] == "diverged"
+    assert ("alpha-loss", "1") not in states  # corrupt: skipped, not half-read
+    assert len(summary.warnings) == 2
+    assert any("runs/Pendulum-v1/alpha-loss/seed_1" in w for w in summary.warnings)
+    assert any("runs/Pendulum-v1/alpha-loss/seed_2" in w and "status.json" in w for w in summary.warnings)
+    page = (out / "index.html").read_text()
+    assert "runs/Pendulum-v1/alpha-loss/seed_1" in page and "Warnings" in page
+    assert "RuntimeError: failed on purpose" in page and "RuntimeError: diverged on purpose" in page
+    # Neither enters an aggregate.
+    summary_rows = read_rows(out / "summary.csv")
+    assert {r["variant"] for r in summary_rows} == {"reference", "naive-tanh", MALICIOUS}
+
+
+def test_summary_and_verdict_files(built) -> None:
+    _, out, _ = built
+    summary = read_rows(out / "summary.csv")
+    assert list(summary[0]) == ["env", "variant", "metric", "estimate", "ci_low", "ci_high", "n_runs"]
+    metrics = {r["metric"] for r in summary}
+    assert metrics == {f"{m}_{a}" for m in ("final_return", "auc_return")
+                       for a in ("iqm", "mean", "median", "optimality_gap")}
+    for row in summary:
+        assert float(row["ci_low"]) <= float(row["estimate"]) + 1e-9 <= float(row["ci_high"]) + 2e-9
+    verdicts = {(r["env"], r["variant"]): r for r in read_rows(out / "verdicts.csv")}
+    assert verdicts[("Pendulum-v1", "naive-tanh")]["verdict"] == stats.WORSE
+    assert verdicts[("all", "naive-tanh")]["verdict"] == stats.WORSE
+    assert verdicts[("Pendulum-v1", "critic-first")]["verdict"] == stats.TOO_FEW_RUNS
+    page = (out / "index.html").read_text()
+    assert "PoI 0.00 [0.00, 0.00]" in page  # the interval is shown beside the verdict
+
+
+def test_differences_are_generated_from_the_specs(built) -> None:
+    _, out, _ = built
+    page = (out / "index.html").read_text()
+    section = page[page.index("<h2>Differences"): page.index("<h2>Final return")]
+    naive = section[section.index("<h3>naive-tanh</h3>"):]
+    naive = naive[: naive.index("</table>")]
+    assert "<td>log_prob</td>" in naive and html.escape('"naive"') in naive and html.escape('"softplus"') in naive
+    assert naive.count("<tr>") == 2  # header + the one field naive-tanh changes
+    assert "update_order" in section  # critic-first's one difference
+
+
+def test_every_name_is_escaped(built) -> None:
+    _, out, _ = built
+    page = (out / "index.html").read_text()
+    assert MALICIOUS not in page
+    assert "<img src=x" not in page
+    assert html.escape(MALICIOUS, quote=True) in page
+    # Figures of that variant exist but under safe file names.
+    assert all(set(p.name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+               for p in out.iterdir())
+
+
+def test_same_results_give_a_byte_identical_summary(built, tmp_path: Path) -> None:
+    results, out, _ = built
+    np.random.seed(7)  # an outside state of numpy's global generator must not matter
+    report.build_report(results, tmp_path / "again")
+    assert (tmp_path / "again" / "summary.csv").read_bytes() == (out / "summary.csv").read_bytes()
+    assert (tmp_path / "again" / "verdicts.csv").read_bytes() == (out / "verdicts.csv").read_bytes()
+    assert (tmp_path / "again" / "runs.csv").read_bytes() == (out / "runs.csv").read_bytes()
+
+
+def test_one_env_one_seed_without_reference(tmp_path: Path) -> None:
+    write_run(tmp_path / "res", "Pendulum-v1", "naive-tanh", 3, -500.0)
+    summary = report.build_report(tmp_path / "res", tmp_path / "out")
+    page = summary.index_html.read_text()
+    assert "no <code>reference</code> run in these results" in page
+    assert "<td>log_prob</td>" in page  # diffed against the catalog's reference spec
+    verdicts = read_rows(tmp_path / "out" / "verdicts.csv")
+    assert {v["verdict"] for v in verdicts} == {stats.NO_REFERENCE}
+    iqm = [r for r in read_rows(tmp_path / "out" / "summary.csv") if r["metric"] == "final_return_iqm"]
+    assert [(r["env"], r["estimate"], r["n_runs"]) for r in iqm] == [("Pendulum-v1", "-500.0", "1"),
+                                                                      ("all", repr(float((-500 + 1207.555) / 1057.555)), "1")]
+
+
+def test_only_failed_runs_still_report(tmp_path: Path) -> None:
+    failed = write_run(tmp_path / "res", "Pendulum-v1", "critic-first", 0, state="failed")
+    # Failed at the first update: no evaluation and no diagnostics row, only the headers.
+    records.write_csv(failed / "eval.csv", records.EVAL_COLUMNS, [])
+    (failed / "diagnostics.csv").write_text((failed / "diagnostics.csv").read_text().splitlines()[0] + "\n")
+    summary = report.build_report(tmp_path / "res", tmp_path / "out")
+    assert summary.state_counts["failed"] == 1
+    assert read_rows(tmp_path / "out" / "summary.csv") == []
+    assert "critic-first" in summary.index_html.read_text()
+
+
+def test_report_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert report.report_command(tmp_path / "missing", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and "Traceback" not in err
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    assert report.report_command(tmp_path / "empty", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no run folders" in err
+    assert not (tmp_path / "out").exists()
+    write_run(tmp_path / "res", "Pendulum-v1", "reference", 0, -300.0)
+    assert report.report_command(tmp_path / "res", tmp_path / "out") == 0
+    assert str(tmp_path / "out" / "index.html") in capsys.readouterr().out
+
+
+def test_report_module_does_not_import_the_learner_or_torch() -> None:
+    # The report reads files only: importing it (and stats) must not pull in the learner or torch.
+    probe = ("import sys, harness.report, harness.stats; "
+             "bad = [m for m in ('torch', 'variants.learner') if m in sys.modules]; "
+             "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(report.__file__).parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,300 @@
+"""Statistics over run records: loading, IQM, intervals, normalization, probability of improvement, verdicts.
+
+Results folders are synthetic: the schema files of results/README.md written directly, no training.
+`write_run` is also used by test_report.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+from rliable import metrics as rly_metrics
+
+from harness import normalization, records, stats
+from variants.catalog import CATALOG, REFERENCE
+
+DIAGNOSTIC_COLUMNS = ("env_step", "updates", "critic_loss", "actor_loss", "alpha", "alpha_loss", "entropy", "q_mean",
+                      "q_target_mean", "td_abs_mean", "grad_norm_actor", "grad_norm_critic", "saturation_fraction",
+                      "log_prob_gap", "nonfinite_count")
+TOTAL_STEPS = 4000
+EVAL_POINTS = 4
+
+
+def write_run(root: Path, env: str, variant: str, seed: int, final_return: float = 0.0, state: str = "complete",
+              spec: dict | None = None) -> Path:
+    """Write one run folder in the results schema; the eval curve rises linearly to `final_return`.
+
+    A failed or diverged run stops halfway with no final_return, as the harness records it.
+    """
+    folder = records.run_dir(root, env, variant, seed)
+    if spec is None:
+        spec = (CATALOG[variant].spec if variant in CATALOG else REFERENCE).to_dict()
+    records.write_json(folder / "config.json", {
+        "variant": variant, "description": f"synthetic {variant}", "spec": spec, "overrides": {}, "env": env,
+        "seed": seed, "budget": {"profile": "test", "total_steps": TOTAL_STEPS, "eval_every": TOTAL_STEPS // EVAL_POINTS,
+                                 "eval_points": EVAL_POINTS, "eval_episodes": 3, "diag_every": 1000},
+        "device": "cpu", "members": 1, "versions": {"python": "3.11", "torch": "test"}, "git_commit": "0123abc",
+        "platform": {"system": "Linux", "machine": "x86_64"}, "command": ["python", "-m", "harness", "run"],
+    })
+    complete = state == "complete"
+    points = EVAL_POINTS if complete else EVAL_POINTS // 2
+    steps = [i * TOTAL_STEPS // EVAL_POINTS for i in range(1, points + 1)]
+    means = [final_return - 10.0 * (EVAL_POINTS - i) for i in range(1, points + 1)]
+    records.write_csv(folder / "eval.csv", records.EVAL_COLUMNS, [(s, m, 1.0, 3) for s, m in zip(steps, means)])
+    records.write_csv(folder / "train.csv", records.TRAIN_COLUMNS, [(200, -1000.0, 200)])
+    diag_rows = [(s, 1000, 1.0 + seed, 0.5, 0.2, 0.1, -1.0, -50.0, -50.0, 1.0, 1.0, 1.0, 0.01, 0.0, 0) for s in steps]
+    if state == "diverged":
+        diag_rows[-1] = (steps[-1], 1000, float("nan"), float("inf"), 0.2, 0.1, -1.0, float("nan"), -50.0, 1.0,
+                         1.0, 1.0, 0.01, 0.0, 7)
+    records.write_csv(folder / "diagnostics.csv", DIAGNOSTIC_COLUMNS, diag_rows)
+    records.write_json(folder / "status.json", {
+        "state": state, "env_steps": TOTAL_STEPS if complete else steps[-1], "wall_s": 1.5, "steps_per_s": 100.0,
+        "error": None if complete else f"RuntimeError: {state} on purpose\nTraceback ...",
+        "error_step": None if complete else steps[-1],
+        "final_return": means[-1] if complete else None,
+        "auc_return": float(np.mean(means)) if complete else None,
+    })
+    return folder
+
+
+def write_cell(root: Path, env: str, variant: str, finals: Sequence[float]) -> None:
+    for seed, final in enumerate(finals):
+        write_run(root, env, variant, seed, float(final))  # a Python float: records.write_csv reprs numbers
+
+
+FINALS = [-400.0, -150.0, -900.0, -320.0, -275.0, -180.0, -610.0, -205.0]  # 8 runs: IQM definitions agree
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+def test_load_runs_reads_folders_not_runs_csv(tmp_path: Path) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS[:3])
+    write_run(tmp_path, "Pendulum-v1", "critic-first", 0, state="failed")
+    (tmp_path / "runs.csv").write_text("garbage that must not be read\n")
+    runs, warnings = stats.load_runs(tmp_path)
+    assert warnings == []
+    assert list(runs.columns[: len(stats.RUN_COLUMNS)]) == list(stats.RUN_COLUMNS)
+    assert len(runs) == 4
+    failed = runs[runs["state"] == "failed"].iloc[0]
+    assert np.isnan(failed["final_return"])
+    assert "failed on purpose" in failed["reason"] and "at step 2000" in failed["reason"]
+    assert runs.loc[runs["state"] == "complete", "reason"].eq("").all()
+    assert runs.loc[runs["seed"] == 1, "final_return"].iloc[0] == FINALS[1]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: (d / "status.json").unlink(), "no status.json"),
+        (lambda d: (d / "status.json").write_text('{"state": "comp'), "status.json is not valid JSON"),
+        (lambda d: (d / "config.json").write_text("[1, 2"), "config.json is not valid JSON"),
+        (lambda d: (d / "eval.csv").write_text("env_step,return_mean,return_std,episodes\n1000,-3"), "eval.csv"),
+        (lambda d: (d / "diagnostics.csv").write_text("env_step,updates\n1000,5\n"), "diagnostics.csv lacks"),
+        (lambda d: (d / "eval.csv").write_bytes(b"\xff\xfe\x00garbage"), "eval.csv"),
+        (lambda d: (d / "status.json").write_text('{"state": "exploded", "env_steps": 1, "wall_s": 1}'), "state"),
+    ],
+)
+def test_corrupt_folder_is_skipped_with_a_warning_naming_it(tmp_path: Path, damage, message: str) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS[:2])
+    damage(records.run_dir(tmp_path, "Pendulum-v1", "reference", 1))
+    runs, warnings = stats.load_runs(tmp_path)
+    assert runs["seed"].tolist() == [0]
+    assert len(warnings) == 1
+    assert "runs/Pendulum-v1/reference/seed_1" in warnings[0] and message in warnings[0]
+
+
+def test_config_that_disagrees_with_its_folder_is_skipped(tmp_path: Path) -> None:
+    folder = write_run(tmp_path, "Pendulum-v1", "reference", 0)
+    config = json.loads((folder / "config.json").read_text())
+    config["seed"] = 5
+    (folder / "config.json").write_text(json.dumps(config))
+    runs, warnings = stats.load_runs(tmp_path)
+    assert runs.empty and "seed_0" in warnings[0] and "seed" in warnings[0]
+
+
+def test_eval_curves_and_diagnostics_are_loaded_per_run(tmp_path: Path) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS[:2])
+    write_run(tmp_path, "Pendulum-v1", "naive-tanh", 0, state="diverged")
+    curves = stats.load_eval_curves(tmp_path)
+    assert len(curves) == 2 * EVAL_POINTS + EVAL_POINTS // 2
+    assert {"env", "variant", "seed", "env_step", "return_mean"} <= set(curves.columns)
+    diagnostics = stats.load_diagnostics(tmp_path)
+    means = stats.mean_diagnostics(diagnostics)
+    last = means[(means["variant"] == "naive-tanh")].iloc[-1]
+    assert np.isnan(last["critic_loss"])  # the non-finite value is left out, not averaged in
+    assert means[(means["variant"] == "reference")]["critic_loss"].iloc[0] == pytest.approx(1.5)  # seeds 0, 1
+
+
+# --- IQM, intervals, normalization -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", range(1, 14))
+def test_interquartile_mean_is_scipy_trim_mean(n: int) -> None:
+    values = np.random.default_rng(n).normal(size=(n, 3))
+    assert stats.interquartile_mean(values) == pytest.approx(scipy.stats.trim_mean(values, 0.25, axis=None))
+    assert stats.interquartile_mean(values, axis=0) == pytest.approx(scipy.stats.trim_mean(values, 0.25, axis=0))
+
+
+def test_summary_iqm_is_the_trimmed_mean_of_final_returns(tmp_path: Path) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS)
+    runs, _ = stats.load_runs(tmp_path)
+    summary = stats.summary_table(runs)
+    row = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_iqm")].iloc[0]
+    expected = scipy.stats.trim_mean(FINALS, 0.25)
+    # rliable's own IQM on its (runs, tasks) contract: the same number for 8 runs.
+    assert rly_metrics.aggregate_iqm(np.array(FINALS)[:, None]) == pytest.approx(expected)
+    assert row["estimate"] == pytest.approx(expected, rel=1e-12)
+    assert row["n_runs"] == 8
+    mean = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_mean")].iloc[0]
+    assert mean["estimate"] == pytest.approx(np.mean(FINALS))
+    gap = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_optimality_gap")].iloc[0]
+    assert gap["estimate"] == pytest.approx(-150.0 - np.mean(np.minimum(FINALS, -150.0)))
+
+
+def test_every_interval_contains_its_estimate(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    for env, centre in (("Pendulum-v1", -300.0), ("LunarLanderContinuous-v3", 120.0)):
+        write_cell(tmp_path, env, "reference", centre + 40 * rng.normal(size=8))
+        write_cell(tmp_path, env, "naive-tanh", centre - 30 + 60 * rng.normal(size=8))
+    write_cell(tmp_path, "LunarLanderContinuous-v3", "policy-first", [100.0, 130.0, 90.0])  # ragged grid
+    runs, _ = stats.load_runs(tmp_path)
+    summary = stats.summary_table(runs)
+    assert set(summary["env"]) == {"Pendulum-v1", "LunarLanderContinuous-v3", "all"}
+    assert len(summary) == 5 * 8 + 3 * 8  # 8 metrics per (env, variant) cell with runs, and per variant for all
+    assert (summary["ci_low"] <= summary["estimate"] + 1e-9).all()
+    assert (summary["estimate"] <= summary["ci_high"] + 1e-9).all()
+    assert (summary["ci_low"] < summary["ci_high"]).any()
+    verdicts = stats.verdict_table(runs, "reference")
+    computed = verdicts.dropna(subset=["poi"])
+    assert len(computed) == 5  # naive-tanh: 2 envs + all; policy-first: 1 env + all
+    assert ((computed["poi_ci_low"] <= computed["poi"]) & (computed["poi"] <= computed["poi_ci_high"])).all()
+
+
+def test_normalized_scores_match_hand_computed_values() -> None:
+    assert normalization.normalized_score(-150.0, "Pendulum-v1") == pytest.approx(1.0)
+    assert normalization.normalized_score(normalization.R_RANDOM["BipedalWalker-v3"], "BipedalWalker-v3") == 0.0
+    # LunarLanderContinuous: R_random -212.676, R_target 200.
+    assert normalization.normalized_score(0.0, "LunarLanderContinuous-v3") == pytest.approx(212.676 / 412.676)
+    values = normalization.normalized_score(np.array([[-1207.555, -678.7775]]), "Pendulum-v1")
+    assert values.shape == (1, 2) and values == pytest.approx(np.array([[0.0, 0.5]]))
+    assert not normalization.can_normalize("CartPole-v1")
+    with pytest.raises(KeyError, match="CartPole"):
+        normalization.normalized_score(1.0, "CartPole-v1")
+
+
+def test_all_envs_aggregate_uses_normalized_scores(tmp_path: Path) -> None:
+    pendulum, lunar = [-200.0, -300.0, -250.0, -150.0], [100.0, 0.0, 50.0]
+    write_cell(tmp_path, "Pendulum-v1", "reference", pendulum)
+    write_cell(tmp_path, "LunarLanderContinuous-v3", "reference", lunar)
+    runs, _ = stats.load_runs(tmp_path)
+    summary = stats.summary_table(runs)
+    pooled = summary[summary["env"] == "all"].set_index("metric")
+    p = (np.array(pendulum) + 1207.555) / (-150.0 + 1207.555)
+    l = (np.array(lunar) + 212.676) / (200.0 + 212.676)
+    assert pooled.loc["final_return_mean", "estimate"] == pytest.approx((p.mean() + l.mean()) / 2)
+    assert pooled.loc["final_return_median", "estimate"] == pytest.approx((p.mean() + l.mean()) / 2)
+    assert pooled.loc["final_return_iqm", "estimate"] == pytest.approx(scipy.stats.trim_mean(np.r_[p, l], 0.25))
+    assert pooled.loc["final_return_optimality_gap", "estimate"] == pytest.approx(
+        1 - (np.minimum(p, 1).mean() + np.minimum(l, 1).mean()) / 2)
+    assert pooled.loc["final_return_iqm", "n_runs"] == 7
+
+
+def test_single_seed_gives_a_zero_width_interval(tmp_path: Path) -> None:
+    write_run(tmp_path, "Pendulum-v1", "reference", 0, -321.0)
+    runs, _ = stats.load_runs(tmp_path)
+    summary = stats.summary_table(runs)
+    iqm = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_iqm")].iloc[0]
+    assert iqm["estimate"] == iqm["ci_low"] == iqm["ci_high"] == -321.0
+
+
+# --- probability of improvement and verdicts -------------------------------------------------------
+
+
+def test_pairwise_improvement_equals_rliable() -> None:
+    rng = np.random.default_rng(0)
+    for n_x, n_y in ((5, 7), (1, 3), (8, 8)):
+        x = rng.integers(0, 4, size=(n_x, 1)).astype(float)  # small integers: many ties
+        y = rng.integers(0, 4, size=(n_y, 1)).astype(float)
+        assert stats.pairwise_improvement(x, y) == pytest.approx(rly_metrics.probability_of_improvement(x, y))
+    same = rng.normal(size=(6, 1))
+    assert stats.pairwise_improvement(same, same) == 0.5 == rly_metrics.probability_of_improvement(same, same)
+
+
+def test_probability_of_improvement_over_tasks_averages_rliable_per_task() -> None:
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(6, 2)), rng.normal(size=(6, 2)) + 0.3
+    poi = stats.probability_of_improvement(x, y, reps=2000)
+    assert poi.estimate == pytest.approx(rly_metrics.probability_of_improvement(x, y))
+    assert poi.contains(poi.estimate)
+
+
+@pytest.mark.parametrize(
+    "shift, expected",
+    [(+100.0, stats.BETTER), (-100.0, stats.WORSE), (0.0, stats.NO_DIFFERENCE)],
+)
+def test_verdict_of_clear_and_tied_cases(shift: float, expected: str) -> None:
+    reference = np.linspace(-10.0, 10.0, 8)[:, None]
+    variant = reference + shift
+    poi = stats.probability_of_improvement(variant, reference)
+    assert stats.verdict(poi) == expected
+    assert poi.estimate == {stats.BETTER: 1.0, stats.WORSE: 0.0, stats.NO_DIFFERENCE: 0.5}[expected]
+
+
+def test_verdict_thresholds() -> None:
+    assert stats.verdict(stats.Interval(0.7, 0.51, 0.9)) == stats.BETTER
+    assert stats.verdict(stats.Interval(0.3, 0.1, 0.49)) == stats.WORSE
+    assert stats.verdict(stats.Interval(0.6, 0.5, 0.9)) == stats.NO_DIFFERENCE  # touching 0.5 is not "above"
+    assert stats.verdict(None) == stats.NO_REFERENCE
+
+
+def test_verdict_table_per_env_and_overall(tmp_path: Path) -> None:
+    base = np.linspace(-300.0, -200.0, 8)
+    for env, offset in (("Pendulum-v1", 0.0), ("LunarLanderContinuous-v3", 400.0)):
+        write_cell(tmp_path, env, "reference", base + offset)
+        write_cell(tmp_path, env, "naive-tanh", base + offset - 500.0)  # clearly worse
+        write_cell(tmp_path, env, "policy-first", base + offset)  # tied
+        write_cell(tmp_path, env, "joint-update", base + offset + 500.0)  # clearly better
+    write_run(tmp_path, "Pendulum-v1", "critic-first", 0, state="failed")
+    write_run(tmp_path, "Pendulum-v1", "alpha-loss", 0, -250.0)  # one seed: no verdict
+    runs, _ = stats.load_runs(tmp_path)
+    table = stats.verdict_table(runs, "reference").set_index(["env", "variant"])
+    for env in ("Pendulum-v1", "LunarLanderContinuous-v3", "all"):
+        assert table.loc[(env, "naive-tanh"), "verdict"] == stats.WORSE
+        assert table.loc[(env, "policy-first"), "verdict"] == stats.NO_DIFFERENCE
+        assert table.loc[(env, "joint-update"), "verdict"] == stats.BETTER
+    assert table.loc[("all", "joint-update"), "envs_compared"] == "Pendulum-v1;LunarLanderContinuous-v3"
+    assert table.loc[("Pendulum-v1", "critic-first"), "verdict"] == stats.TOO_FEW_RUNS
+    assert table.loc[("Pendulum-v1", "critic-first"), "n_runs"] == 0
+    assert table.loc[("Pendulum-v1", "alpha-loss"), "verdict"] == stats.TOO_FEW_RUNS
+    assert ("LunarLanderContinuous-v3", "alpha-loss") not in table.index  # never run there: no row
+    assert "reference" not in table.index.get_level_values("variant")
+
+
+def test_missing_reference_gives_no_reference_verdicts(tmp_path: Path) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "naive-tanh", FINALS[:4])
+    runs, _ = stats.load_runs(tmp_path)
+    table = stats.verdict_table(runs, "reference")
+    assert set(table["verdict"]) == {stats.NO_REFERENCE}
+    assert set(table["env"]) == {"Pendulum-v1", "all"}
+
+
+# --- determinism ---------------------------------------------------------------------------------
+
+
+def test_bootstrap_is_seeded_and_restores_the_global_generator(tmp_path: Path) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS)
+    runs, _ = stats.load_runs(tmp_path)
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    first = stats.summary_table(runs)
+    assert np.array_equal(np.random.get_state()[1], before)
+    np.random.seed(999)  # a different outside state must not change any interval
+    second = stats.summary_table(runs)
+    pd.testing.assert_frame_equal(first, second)
