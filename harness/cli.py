@@ -6,6 +6,7 @@ Every usage error is one line on stderr and exit code 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -16,6 +17,8 @@ from typing import Sequence
 from variants.catalog import CATALOG, REFERENCE, CatalogEntry
 from variants.spec import VariantSpec, parse_override, with_overrides
 
+from .check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
+from .check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
 from .envs import ENV_IDS
 from . import grid
 from .records import WriteError
@@ -110,6 +113,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="variants, environments and profiles")
 
+    check = sub.add_parser("check", help="regression-check learning curves against a committed baseline")
+    check.add_argument("--baseline", default=str(DEFAULT_BASELINE), help=f"baseline folder (default {DEFAULT_BASELINE})")
+    check.add_argument("--variants", default=",".join(DEFAULT_CHECK_VARIANTS),
+                       help=f"comma-separated variants (default {','.join(DEFAULT_CHECK_VARIANTS)})")
+    check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a spec field for every checked variant (repeatable)")
+    check.add_argument("--seeds", type=_positive_int("--seeds"), default=DEFAULT_CHECK_SEEDS,
+                       help=f"seeds per variant (default {DEFAULT_CHECK_SEEDS})")
+    check.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0, the baseline's)")
+    check.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps (default: the ci profile's)")
+    check.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                       help=f"allowed drop below the baseline interval, in normalized score (default {DEFAULT_TOLERANCE})")
+    check.add_argument("--workers", type=_positive_int("--workers"), default=os.cpu_count() or 1)
+    check.add_argument("--out", default="results/check", help="where the check's runs go (default results/check)")
+    check.add_argument("--results", default=None, help="compare this results folder instead of training")
+    check.add_argument("--update-baseline", action="store_true", help="train and write the runs as the new baseline")
+
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
@@ -182,6 +202,63 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 1 if args.strict and bad else 0
 
 
+def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from . import check
+
+    variant_names = _split_names(args.variants, list(CATALOG), "variant")
+    overrides, variants = apply_overrides(args.overrides, {n: CATALOG[n] for n in variant_names})
+    budget = budget_for("ci", check.CHECK_ENV, args.steps)
+    baseline = Path(args.baseline)
+    if args.results is not None:
+        new_dir = Path(args.results)
+        if not new_dir.is_dir():
+            raise UsageError(f"check: no results folder at {new_dir}")
+    else:
+        new_dir = Path(args.out)
+        problem = grid.check_writable(new_dir)
+        if problem:
+            raise UsageError(problem)
+        if not args.update_baseline:
+            _require_matching_baseline(baseline, budget)
+        seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+        request = grid.GridRequest(variants=variants, overrides=overrides, envs=[check.CHECK_ENV], seeds=seeds,
+                                   budgets={check.CHECK_ENV: budget}, out=new_dir, device="cpu", members=1,
+                                   command=("python", "-m", "harness", *argv))
+        jobs, _ = grid.plan(request, fresh=True)
+        print(f"check: training {len(variants)} variants x {len(seeds)} seeds on {check.CHECK_ENV}, "
+              f"{budget.total_steps} steps each, {args.workers} workers", flush=True)
+        grid.execute(jobs, args.workers)
+    if args.update_baseline:
+        check.write_baseline(new_dir, baseline, variant_names, {
+            "variants": variant_names, "seeds": args.seeds, "seed_offset": args.seed_offset,
+            "overrides": overrides, "env": check.CHECK_ENV, "budget": budget.to_dict()})
+        print(f"check: baseline written to {baseline}")
+        return 0
+    if not (baseline / "runs").is_dir():
+        raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")
+    try:
+        outcome = check.compare(baseline, new_dir, variant_names, args.tolerance)
+    except ValueError as exc:
+        raise UsageError(f"check: {exc}") from None
+    for line in check.format_outcome(outcome, args.tolerance):
+        print(line)
+    return 0 if outcome.passed else 1
+
+
+def _require_matching_baseline(baseline: Path, budget) -> None:
+    meta_path = baseline / "baseline.json"
+    if not meta_path.exists():
+        raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")
+    try:
+        made_with = json.loads(meta_path.read_text()).get("budget", {})
+    except ValueError:
+        raise UsageError(f"check: {meta_path} is not valid JSON") from None
+    if made_with.get("total_steps") != budget.total_steps or made_with.get("eval_episodes") != budget.eval_episodes:
+        raise UsageError(f"check: the baseline was made with {made_with.get('total_steps')} steps and "
+                         f"{made_with.get('eval_episodes')} eval episodes, this check would use "
+                         f"{budget.total_steps} and {budget.eval_episodes}; pass the same --steps or update the baseline")
+
+
 def cmd_report(results: Path, out: Path | None) -> int:
     try:
         from .report import report_command
@@ -203,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list()
         if args.command == "run":
             return cmd_run(args, argv)
+        if args.command == "check":
+            return cmd_check(args, argv)
         if args.command == "report":
             if not Path(args.results).is_dir():
                 raise UsageError(f"report: no results folder at {args.results}")

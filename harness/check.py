@@ -1,0 +1,191 @@
+"""`python -m harness check`: a learning-curve regression check against a committed baseline.
+
+The rule (also in the README): for every checked variant and for each of final_return and auc_return,
+the new runs' IQM of normalized score must not fall below the baseline's 95% bootstrap interval (of the
+IQM over its seeds) by more than `tolerance` (default 0.1, a tenth of the way from a random policy to
+the target return). A run that fails or diverges where the baseline's completed is a regression too.
+Fixed-seed CPU runs are reproducible on one platform, so the check also says whether the curves are
+identical to the baseline's: identical is the strongest pass; a difference on the same platform
+fingerprint is printed as a warning (the learner's arithmetic changed), never a failure by itself.
+
+The comparison reads only run records (results/README.md): the baseline is a results folder plus
+`baseline.json` (provenance).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import records, stats
+from .normalization import normalized_score
+
+DEFAULT_BASELINE = Path("results/baselines/ci")
+DEFAULT_VARIANTS = ("reference", "blog-sac2")
+DEFAULT_SEEDS = 3
+DEFAULT_TOLERANCE = 0.1
+CHECK_ENV = "Pendulum-v1"
+METRICS = ("final_return", "auc_return")
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    """One (variant, metric) comparison, in normalized score units."""
+
+    variant: str
+    metric: str
+    baseline: stats.Interval  # IQM of the baseline seeds and its 95% bootstrap interval
+    new: float  # IQM of the new seeds (nan when none completed)
+    threshold: float  # baseline.low - tolerance
+    new_states: str
+    baseline_states: str
+
+    @property
+    def regression(self) -> bool:
+        if self.new_states != self.baseline_states and "complete" in self.baseline_states:
+            return True  # runs that completed in the baseline now fail or diverge
+        if np.isnan(self.baseline.estimate):
+            return False  # no completed baseline run: nothing learned to regress from
+        return not (self.new >= self.threshold)
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    checks: list[MetricCheck]
+    identical: bool | None  # None: not comparable (other seeds, or missing runs)
+    same_platform: bool
+    warnings: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.regression for c in self.checks)
+
+
+def platform_fingerprint() -> dict[str, str]:
+    """What decides whether fixed-seed CPU results can be bit-identical: library versions and CPU."""
+    versions = records.package_versions()
+    flags = model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and flags == "unknown":
+                flags = str(sorted(line.split(":", 1)[1].split()))
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import zlib
+
+    return {"torch": versions["torch"], "numpy": versions["numpy"], "python": versions["python"],
+            "machine": records.platform_info()["machine"], "cpu": model,
+            "cpu_flags_crc32": f"{zlib.crc32(flags.encode()):08x}"}
+
+
+def _states(runs: pd.DataFrame) -> str:
+    counts = runs["state"].value_counts()
+    return ", ".join(f"{counts[s]} {s}" for s in sorted(counts.index))
+
+
+def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
+            reps: int = stats.DEFAULT_REPS) -> CheckOutcome:
+    """Compare the runs of `variants` on the check env in `new_dir` against `baseline_dir`.
+
+    Raises ValueError (a usage error) when the baseline has no runs of a variant.
+    """
+    base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
+    warnings = [*base_records.warnings, *new_records.warnings]
+    checks: list[MetricCheck] = []
+    for variant in variants:
+        base = base_records.runs[(base_records.runs.variant == variant) & (base_records.runs.env == CHECK_ENV)]
+        new = new_records.runs[(new_records.runs.variant == variant) & (new_records.runs.env == CHECK_ENV)]
+        if base.empty:
+            raise ValueError(f"baseline {baseline_dir} has no {CHECK_ENV} runs of {variant}; "
+                             f"make one with --update-baseline")
+        if new.empty:
+            raise ValueError(f"{new_dir} has no {CHECK_ENV} runs of {variant}")
+        for metric in METRICS:
+            base_scores = normalized_score(stats.complete_runs(base)[metric].to_numpy(float), CHECK_ENV)
+            new_scores = normalized_score(stats.complete_runs(new)[metric].to_numpy(float), CHECK_ENV)
+            if base_scores.size == 0:
+                interval = stats.Interval(float("nan"), float("nan"), float("nan"))
+            else:
+                seed = stats.stable_seed("check", variant, metric)
+                interval = stats.aggregate_intervals(base_scores[:, None], gamma=None, reps=reps, seed=seed)["iqm"]
+            new_iqm = float(stats.interquartile_mean(new_scores)) if new_scores.size else float("nan")
+            checks.append(MetricCheck(variant, metric, interval, new_iqm, interval.low - tolerance,
+                                      _states(new), _states(base)))
+    identical = _identical_curves(baseline_dir, new_dir, variants)
+    base_platform = _read_baseline_meta(baseline_dir).get("platform")
+    return CheckOutcome(checks, identical, base_platform == platform_fingerprint(), warnings)
+
+
+def _identical_curves(baseline_dir: Path, new_dir: Path, variants: Sequence[str]) -> bool | None:
+    pairs = []
+    for variant in variants:
+        new_runs = sorted(Path(new_dir).glob(f"runs/{CHECK_ENV}/{variant}/seed_*/eval.csv"))
+        for path in new_runs:
+            twin = Path(baseline_dir) / path.relative_to(new_dir)
+            if not twin.exists():
+                return None
+            pairs.append((path, twin))
+    if not pairs:
+        return None
+    return all(a.read_bytes() == b.read_bytes() for a, b in pairs)
+
+
+def _read_baseline_meta(baseline_dir: Path) -> dict:
+    try:
+        return json.loads((Path(baseline_dir) / "baseline.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def format_outcome(outcome: CheckOutcome, tolerance: float) -> list[str]:
+    """The check's report: one table row per (variant, metric), then the verdict lines."""
+    lines = [f"{'variant':14s} {'metric':13s} {'baseline IQM [95% CI]':>28s} {'fail below':>10s} {'new IQM':>8s}  result",
+             ]
+    for c in outcome.checks:
+        base = f"{c.baseline.estimate:.3f} [{c.baseline.low:.3f}, {c.baseline.high:.3f}]"
+        result = "REGRESSION" if c.regression else "ok"
+        if c.new_states != c.baseline_states:
+            result += f" (runs: {c.new_states}; baseline: {c.baseline_states})"
+        lines.append(f"{c.variant:14s} {c.metric:13s} {base:>28s} {c.threshold:10.3f} {c.new:8.3f}  {result}")
+    lines.append(f"(normalized scores: 0 = uniform random policy, 1 = target return; tolerance {tolerance})")
+    if outcome.identical is True:
+        lines.append("curves: identical to the baseline, bit for bit")
+    elif outcome.identical is False and outcome.same_platform:
+        lines.append("warning: curves differ from the baseline on the same platform fingerprint: the learner's "
+                     "arithmetic changed (rerun with --update-baseline if that was intended)")
+    elif outcome.identical is False:
+        lines.append("curves: differ from the baseline (another platform: bit-identity is not expected)")
+    else:
+        lines.append("curves: not compared bit for bit (other seeds or runs than the baseline's)")
+    lines.extend(f"warning: {w}" for w in outcome.warnings)
+    lines.append("check: " + ("PASS" if outcome.passed else "FAIL: learning regressed"))
+    return lines
+
+
+def write_baseline(new_dir: Path, baseline_dir: Path, variants: Sequence[str], meta: dict) -> None:
+    """Replace `baseline_dir` with the run folders of `new_dir` and a baseline.json of provenance."""
+    baseline_dir = Path(baseline_dir)
+    staging = baseline_dir.with_name(baseline_dir.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    for variant in variants:
+        src = Path(new_dir) / "runs" / CHECK_ENV / variant
+        shutil.copytree(src, staging / "runs" / CHECK_ENV / variant)
+    records.write_json(staging / "baseline.json", {
+        **meta, "git_commit": records.git_commit(), "versions": records.package_versions(),
+        "platform": platform_fingerprint(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    old = baseline_dir.with_name(baseline_dir.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if baseline_dir.exists():
+        baseline_dir.rename(old)
+    staging.rename(baseline_dir)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,97 @@
+"""The regression check: its rule on synthetic records, and that it catches real breakage."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import check, records
+from harness.cli import main
+from harness.normalization import normalized_score
+from test_stats import write_run
+
+ENV = "Pendulum-v1"
+
+
+def make_results(root: Path, finals, variant="reference", state="complete") -> Path:
+    for seed, final in enumerate(finals):
+        write_run(root, ENV, variant, seed, float(final), state=state)
+    return root
+
+
+def make_baseline(root: Path, finals=(-150.0, -160.0, -170.0)) -> Path:
+    make_results(root, finals)
+    records.write_json(root / "baseline.json", {"budget": {"total_steps": 4000, "eval_episodes": 3},
+                                                "platform": check.platform_fingerprint()})
+    return root
+
+
+def run_check(baseline, results, capsys, *extra):
+    code = main(["check", "--baseline", str(baseline), "--results", str(results), "--variants", "reference", *extra])
+    return code, capsys.readouterr().out
+
+
+def test_identical_results_pass_and_are_reported_identical(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    shutil.copytree(base / "runs", tmp_path / "new" / "runs")
+    code, out = run_check(base, tmp_path / "new", capsys)
+    assert code == 0 and "identical to the baseline, bit for bit" in out and "check: PASS" in out
+
+
+def test_random_policy_returns_fail(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    new = make_results(tmp_path / "new", [-1207.6, -1190.0, -1230.0])  # a uniform random policy's returns
+    code, out = run_check(base, new, capsys)
+    assert code == 1 and "REGRESSION" in out and "check: FAIL" in out
+    assert "warning: curves differ from the baseline on the same platform" in out
+
+
+def test_failed_runs_fail_even_with_good_returns_elsewhere(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    new = make_results(tmp_path / "new", [-150.0, -160.0])
+    write_run(new, ENV, "reference", 2, 0.0, state="failed")
+    code, out = run_check(base, new, capsys)
+    assert code == 1 and "runs: 2 complete, 1 failed; baseline: 3 complete" in out
+
+
+def test_threshold_is_interval_low_minus_tolerance(tmp_path):
+    base = make_baseline(tmp_path / "base", finals=(-150.0, -250.0, -350.0))
+    new = make_results(tmp_path / "new", [-150.0, -250.0, -350.0])
+    outcome = check.compare(base, new, ["reference"], tolerance=0.1, reps=500)
+    final = next(c for c in outcome.checks if c.metric == "final_return")
+    scores = normalized_score(np.array([-150.0, -250.0, -350.0]), ENV)
+    # IQM of three values is their mean (scipy trims int(0.75) = 0 from each end).
+    assert final.baseline.estimate == pytest.approx(scores.mean())
+    assert final.baseline.low <= final.baseline.estimate <= final.baseline.high
+    assert final.baseline.low >= scores.min() - 1e-12
+    assert final.threshold == pytest.approx(final.baseline.low - 0.1)
+    assert outcome.passed
+
+
+def test_a_small_drop_within_tolerance_passes_and_a_large_one_fails(tmp_path):
+    base = make_baseline(tmp_path / "base")
+    low = check.compare(base, base, ["reference"], reps=500).checks[0].baseline.low
+    r_random, r_target = -1207.555, -150.0
+    to_return = lambda score: r_random + score * (r_target - r_random)
+    near = make_results(tmp_path / "near", [to_return(low - 0.05)] * 3)
+    far = make_results(tmp_path / "far", [to_return(low - 0.2)] * 3)
+    assert check.compare(base, near, ["reference"], reps=500).passed
+    assert not check.compare(base, far, ["reference"], reps=500).passed
+
+
+def test_missing_variant_in_baseline_is_a_usage_error(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    new = make_results(tmp_path / "new", [-150.0] * 3, variant="naive-tanh")
+    code = main(["check", "--baseline", str(base), "--results", str(new), "--variants", "naive-tanh"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "has no Pendulum-v1 runs of naive-tanh" in err and len(err.splitlines()) == 1
+
+
+def test_baseline_of_another_budget_is_refused(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    code = main(["check", "--baseline", str(base), "--out", str(tmp_path / "out"), "--variants", "reference"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "the baseline was made with 4000 steps" in err
