@@ -254,6 +254,8 @@ def _execute_pool(jobs: Sequence[Job], workers: int, progress: Progress, rows: l
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                 _drain(queue, progress)
                 for fut in done:
+                    if fut.cancelled():  # not started when Ctrl-C came
+                        continue
                     try:
                         job_rows = fut.result()
                     except Interrupted:
