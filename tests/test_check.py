@@ -95,3 +95,33 @@ def test_baseline_of_another_budget_is_refused(tmp_path, capsys):
     code = main(["check", "--baseline", str(base), "--out", str(tmp_path / "out"), "--variants", "reference"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "the baseline was made with 4000 steps" in err
+
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED_BASELINE = ROOT / "results" / "baselines" / "ci"
+
+
+def test_committed_baseline_has_the_default_variants_at_the_ci_budget():
+    meta = records.read_json(COMMITTED_BASELINE / "baseline.json")
+    from harness.profiles import budget_for
+
+    assert meta["budget"]["total_steps"] == budget_for("ci", ENV).total_steps
+    for variant in check.DEFAULT_VARIANTS:
+        assert len(list((COMMITTED_BASELINE / "runs" / ENV / variant).glob("seed_*/status.json"))) == 3
+
+
+@pytest.mark.slow
+def test_check_catches_a_sign_flip_in_the_actor_loss(tmp_path, monkeypatch, capsys):
+    import variants.learner as learner_module
+
+    original = learner_module.actor_loss
+
+    def flipped(learner, batch, noise, critic):
+        loss, pi = original(learner, batch, noise, critic)
+        return -loss, pi  # the bug: the policy now descends the soft value
+
+    monkeypatch.setattr(learner_module, "actor_loss", flipped)
+    code = main(["check", "--baseline", str(COMMITTED_BASELINE), "--variants", "reference", "--seeds", "1",
+                 "--workers", "1", "--out", str(tmp_path / "check")])
+    out = capsys.readouterr().out
+    assert code == 1 and "REGRESSION" in out and "check: FAIL" in out
