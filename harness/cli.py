@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--results", default=None, help="compare this results folder instead of training")
     check.add_argument("--update-baseline", action="store_true", help="train and write the runs as the new baseline")
 
+    bench = sub.add_parser("bench", help="update time vs the FLOP floor, member scaling, env steps/s vs SB3")
+    bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    bench.add_argument("--repeats", type=_positive_int("--repeats"), default=100, help="timed updates per case")
+    bench.add_argument("--steps", type=_positive_int("--steps"), default=3000, help="env steps of the end-to-end case")
+    bench.add_argument("--members", default="1,4,8,16", help="member counts to time (default 1,4,8,16)")
+
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
@@ -259,6 +265,21 @@ def _require_matching_baseline(baseline: Path, budget) -> None:
                          f"{budget.total_steps} and {budget.eval_episodes}; pass the same --steps or update the baseline")
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    try:
+        members = [int(m) for m in args.members.split(",")]
+    except ValueError:
+        raise UsageError(f"--members {args.members!r}: expected comma-separated whole numbers") from None
+    if not members or min(members) < 1:
+        raise UsageError("--members: each count must be >= 1")
+    device = _resolve_device(args.device)
+    for line in run_bench(device, args.repeats, args.steps, members):
+        print(line, flush=True)
+    return 0
+
+
 def cmd_report(results: Path, out: Path | None) -> int:
     try:
         from .report import report_command
@@ -282,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args, argv)
         if args.command == "check":
             return cmd_check(args, argv)
+        if args.command == "bench":
+            return cmd_bench(args)
         if args.command == "report":
             if not Path(args.results).is_dir():
                 raise UsageError(f"report: no results folder at {args.results}")
