@@ -278,7 +278,7 @@ def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, 
     fig, _ = plot_utils.plot_interval_estimates(
         points, intervals, metric_names=labels, algorithms=[_mpl(v) for v in variants],
         colors={_mpl(v): colors[v] for v in variants}, xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
-        row_height=max(0.45, 2.4 / len(variants)), subfigure_width=3.6, xlabel_y_coordinate=-0.25 / max(1, len(variants) ** 0.5),
+        row_height=max(0.45, 2.4 / len(variants)), subfigure_width=3.6, max_ticks=3, xlabel_y_coordinate=-0.25 / max(1, len(variants) ** 0.5),
     )
     filename = f"aggregate_{metric}.png"
     _save(fig, out_dir, filename)

@@ -163,7 +163,7 @@ def test_every_interval_contains_its_estimate(tmp_path: Path) -> None:
     for env, centre in (("Pendulum-v1", -300.0), ("LunarLanderContinuous-v3", 120.0)):
         write_cell(tmp_path, env, "reference", centre + 40 * rng.normal(size=8))
         write_cell(tmp_path, env, "naive-tanh", centre - 30 + 60 * rng.normal(size=8))
-    write_cell(tmp_path, "LunarLanderContinuous-v3", "policy-first", [100.0, 130.0, 90.0])  # ragged grid
+    write_cell(tmp_path, "LunarLanderContinuous-v3", "policy-first", [100.0, 130.0, 90.0, 110.0])  # ragged grid
     runs, _ = stats.load_runs(tmp_path)
     summary = stats.summary_table(runs)
     assert set(summary["env"]) == {"Pendulum-v1", "LunarLanderContinuous-v3", "all"}
@@ -298,3 +298,12 @@ def test_bootstrap_is_seeded_and_restores_the_global_generator(tmp_path: Path) -
     np.random.seed(999)  # a different outside state must not change any interval
     second = stats.summary_table(runs)
     pd.testing.assert_frame_equal(first, second)
+
+
+def test_three_fully_separated_runs_a_side_get_no_verdict(tmp_path: Path) -> None:
+    # Identical distributions separate fully with probability 10% at 3 runs a side: too weak for a verdict.
+    write_cell(tmp_path, "Pendulum-v1", "reference", [-300.0, -290.0, -280.0])
+    write_cell(tmp_path, "Pendulum-v1", "naive-tanh", [-200.0, -190.0, -180.0])
+    runs, _ = stats.load_runs(tmp_path)
+    table = stats.verdict_table(runs, "reference").set_index(["env", "variant"])
+    assert table.loc[("Pendulum-v1", "naive-tanh"), "verdict"] == stats.TOO_FEW_RUNS
