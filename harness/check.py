@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
 
-from . import records, stats
-from .normalization import normalized_score
+from . import records
 
 DEFAULT_BASELINE = Path("results/baselines/ci")
 DEFAULT_VARIANTS = ("reference", "blog-sac2")
@@ -41,7 +39,7 @@ class MetricCheck:
 
     variant: str
     metric: str
-    baseline: stats.Interval  # IQM of the baseline seeds and its 95% bootstrap interval
+    baseline: "stats.Interval"  # IQM of the baseline seeds and its 95% bootstrap interval
     new: float  # IQM of the new seeds (nan when none completed)
     threshold: float  # baseline.low - tolerance
     new_states: str
@@ -87,17 +85,20 @@ def platform_fingerprint() -> dict[str, str]:
             "cpu_flags_crc32": f"{zlib.crc32(flags.encode()):08x}"}
 
 
-def _states(runs: pd.DataFrame) -> str:
+def _states(runs) -> str:
     counts = runs["state"].value_counts()
     return ", ".join(f"{counts[s]} {s}" for s in sorted(counts.index))
 
 
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
-            reps: int = stats.DEFAULT_REPS) -> CheckOutcome:
+            reps: int = 2000) -> CheckOutcome:
     """Compare the runs of `variants` on the check env in `new_dir` against `baseline_dir`.
 
     Raises ValueError (a usage error) when the baseline has no runs of a variant.
     """
+    from . import stats  # pandas and rliable: loaded only when a comparison is made
+    from .normalization import normalized_score
+
     base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
     warnings = [*base_records.warnings, *new_records.warnings]
     checks: list[MetricCheck] = []

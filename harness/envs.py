@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium.vector import AutoresetMode
 
 
@@ -100,6 +99,8 @@ class LockstepEnvs:
                 np.asarray(truncs, dtype=bool), np.stack(final_obs))
 
     def state_dict(self) -> dict:
+        import torch  # tensors, so that a checkpoint loads with torch.load(weights_only=True)
+
         return {
             "reset_seed": list(self._reset_seed),
             "reset_rng": copy.deepcopy(self._reset_rng),
