@@ -91,9 +91,10 @@ def _states(runs) -> str:
 
 
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
-            reps: int = 2000) -> CheckOutcome:
+            reps: int = 2000, seeds: Sequence[int] | None = None) -> CheckOutcome:
     """Compare the runs of `variants` on the check env in `new_dir` against `baseline_dir`.
 
+    seeds: which of `new_dir`'s seeds to compare (default: all of them).
     Raises ValueError (a usage error) when the baseline has no runs of a variant.
     """
     from . import stats  # pandas and rliable: loaded only when a comparison is made
@@ -105,6 +106,8 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     for variant in variants:
         base = base_records.runs[(base_records.runs.variant == variant) & (base_records.runs.env == CHECK_ENV)]
         new = new_records.runs[(new_records.runs.variant == variant) & (new_records.runs.env == CHECK_ENV)]
+        if seeds is not None:
+            new = new[new.seed.isin(list(seeds))]
         if base.empty:
             raise ValueError(f"baseline {baseline_dir} has no {CHECK_ENV} runs of {variant}; "
                              f"make one with --update-baseline")
@@ -121,16 +124,19 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
             new_iqm = float(stats.interquartile_mean(new_scores)) if new_scores.size else float("nan")
             checks.append(MetricCheck(variant, metric, interval, new_iqm, interval.low - tolerance,
                                       _states(new), _states(base)))
-    identical = _identical_curves(baseline_dir, new_dir, variants)
+    identical = _identical_curves(baseline_dir, new_dir, variants, seeds)
     base_platform = _read_baseline_meta(baseline_dir).get("platform")
     return CheckOutcome(checks, identical, base_platform == platform_fingerprint(), warnings)
 
 
-def _identical_curves(baseline_dir: Path, new_dir: Path, variants: Sequence[str]) -> bool | None:
+def _identical_curves(baseline_dir: Path, new_dir: Path, variants: Sequence[str],
+                      seeds: Sequence[int] | None) -> bool | None:
     pairs = []
     for variant in variants:
         new_runs = sorted(Path(new_dir).glob(f"runs/{CHECK_ENV}/{variant}/seed_*/eval.csv"))
         for path in new_runs:
+            if seeds is not None and int(path.parent.name.removeprefix("seed_")) not in seeds:
+                continue
             twin = Path(baseline_dir) / path.relative_to(new_dir)
             if not twin.exists():
                 return None

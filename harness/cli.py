@@ -121,13 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a spec field for every checked variant (repeatable)")
     check.add_argument("--seeds", type=_positive_int("--seeds"), default=DEFAULT_CHECK_SEEDS,
                        help=f"seeds per variant (default {DEFAULT_CHECK_SEEDS})")
-    check.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0, the baseline's)")
+    check.add_argument("--seed-offset", type=int, default=None,
+                       help="first seed (default 0, the baseline's; with --results: all seeds there)")
     check.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps (default: the ci profile's)")
     check.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                        help=f"allowed drop below the baseline interval, in normalized score (default {DEFAULT_TOLERANCE})")
     check.add_argument("--workers", type=_positive_int("--workers"), default=os.cpu_count() or 1)
     check.add_argument("--out", default="results/check", help="where the check's runs go (default results/check)")
-    check.add_argument("--results", default=None, help="compare this results folder instead of training")
+    check.add_argument("--results", default=None,
+                       help="compare this results folder instead of training (its seeds --seed-offset.. if given)")
     check.add_argument("--update-baseline", action="store_true", help="train and write the runs as the new baseline")
 
     bench = sub.add_parser("bench", help="update time vs the FLOP floor, member scaling, env steps/s vs SB3")
@@ -226,7 +228,8 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise UsageError(problem)
         if not args.update_baseline:
             _require_matching_baseline(baseline, budget)
-        seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+        first = args.seed_offset or 0
+        seeds = list(range(first, first + args.seeds))
         request = grid.GridRequest(variants=variants, overrides=overrides, envs=[check.CHECK_ENV], seeds=seeds,
                                    budgets={check.CHECK_ENV: budget}, out=new_dir, device="cpu", members=1,
                                    command=("python", "-m", "harness", *argv))
@@ -236,14 +239,17 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         grid.execute(jobs, args.workers)
     if args.update_baseline:
         check.write_baseline(new_dir, baseline, variant_names, {
-            "variants": variant_names, "seeds": args.seeds, "seed_offset": args.seed_offset,
+            "variants": variant_names, "seeds": args.seeds, "seed_offset": args.seed_offset or 0,
             "overrides": overrides, "env": check.CHECK_ENV, "budget": budget.to_dict()})
         print(f"check: baseline written to {baseline}")
         return 0
     if not (baseline / "runs").is_dir():
         raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")
+    chosen = None
+    if args.results is not None and args.seed_offset is not None:
+        chosen = list(range(args.seed_offset, args.seed_offset + args.seeds))
     try:
-        outcome = check.compare(baseline, new_dir, variant_names, args.tolerance)
+        outcome = check.compare(baseline, new_dir, variant_names, args.tolerance, seeds=chosen)
     except ValueError as exc:
         raise UsageError(f"check: {exc}") from None
     for line in check.format_outcome(outcome, args.tolerance):

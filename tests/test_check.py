@@ -125,3 +125,10 @@ def test_check_catches_a_sign_flip_in_the_actor_loss(tmp_path, monkeypatch, caps
                  "--workers", "1", "--out", str(tmp_path / "check")])
     out = capsys.readouterr().out
     assert code == 1 and "REGRESSION" in out and "check: FAIL" in out
+
+
+def test_results_seeds_can_be_chosen(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    new = make_results(tmp_path / "new", [-150.0, -160.0, -170.0, -1200.0, -1210.0, -1190.0])
+    assert run_check(base, new, capsys, "--seed-offset", "0", "--seeds", "3")[0] == 0
+    assert run_check(base, new, capsys, "--seed-offset", "3", "--seeds", "3")[0] == 1
