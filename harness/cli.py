@@ -252,7 +252,7 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         outcome = check.compare(baseline, new_dir, variant_names, args.tolerance, seeds=chosen)
     except ValueError as exc:
         raise UsageError(f"check: {exc}") from None
-    for line in check.format_outcome(outcome, args.tolerance):
+    for line in check.format_outcome(outcome, args.tolerance, overridden=bool(args.overrides)):
         print(line)
     return 0 if outcome.passed else 1
 

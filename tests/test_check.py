@@ -132,3 +132,11 @@ def test_results_seeds_can_be_chosen(tmp_path, capsys):
     new = make_results(tmp_path / "new", [-150.0, -160.0, -170.0, -1200.0, -1210.0, -1190.0])
     assert run_check(base, new, capsys, "--seed-offset", "0", "--seeds", "3")[0] == 0
     assert run_check(base, new, capsys, "--seed-offset", "3", "--seeds", "3")[0] == 1
+
+
+def test_differing_curves_are_blamed_on_the_override_not_the_arithmetic():
+    outcome = check.CheckOutcome(checks=[], identical=False, same_platform=True, warnings=[])
+    plain = "\n".join(check.format_outcome(outcome, 0.1))
+    overridden = "\n".join(check.format_outcome(outcome, 0.1, overridden=True))
+    assert "arithmetic changed" in plain and "--set" not in plain
+    assert "overridden with --set" in overridden and "arithmetic changed" not in overridden
