@@ -474,6 +474,7 @@ def render_html(
         + f". Reference: <code>{esc(reference)}</code>. Tables: <a href=\"runs.csv\">runs.csv</a>, "
         "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
         _verdict_section(verdicts, runs, envs, reference),
+        _identical_note(runs),
         _warning_section(warnings),
         _differences_section(runs, configs, reference),
         _summary_section(summary),
@@ -534,6 +535,27 @@ def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th>variant</th>" + "".join(f"<th>{esc(e)}</th>" for e in panels) + "</tr>"
     return intro + f"<table class=\"verdicts\"><thead>{head}</thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n"
+
+
+def identical_variants(runs: pd.DataFrame) -> list[list[str]]:
+    """Groups of variants whose complete runs returned exactly the same final_return and auc_return
+    for the same (env, seed), on the same set of runs (at least one). Their curves coincide in every
+    figure, so a reader looking for the hidden colour needs to be told."""
+    done = runs[runs["state"] == "complete"]
+    keyed: dict[tuple, list[str]] = {}
+    for variant, rows in done.groupby("variant", sort=False):
+        key = tuple(sorted(zip(rows["env"], rows["seed"], rows["final_return"], rows["auc_return"])))
+        keyed.setdefault(key, []).append(str(variant))
+    return [stats.variant_order(group) for group in keyed.values() if len(group) > 1]
+
+
+def _identical_note(runs: pd.DataFrame) -> str:
+    groups = identical_variants(runs)
+    if not groups:
+        return ""
+    items = "".join(f"<li>{esc(', '.join(g))}</li>" for g in groups)
+    return ("<p>These variants returned exactly the same final and AUC returns in every run, so their curves "
+            f"and intervals coincide in the figures (only the last one drawn is visible):</p><ul>{items}</ul>\n")
 
 
 def _warning_section(warnings: Sequence[str]) -> str:

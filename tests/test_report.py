@@ -182,3 +182,20 @@ def test_report_module_does_not_import_the_learner_or_torch() -> None:
     done = subprocess.run([sys.executable, "-c", probe], cwd=Path(report.__file__).parents[1],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_variants_with_identical_returns_are_grouped():
+    import pandas as pd
+    from harness.report import identical_variants
+
+    rows = []
+    for seed in range(3):
+        for variant, final in (("joint-update", -140.0 - seed), ("policy-first", -140.0 - seed),
+                               ("reference", -150.0 - seed)):
+            rows.append(dict(variant=variant, env="Pendulum-v1", seed=seed, state="complete",
+                             final_return=final, auc_return=final * 2))
+    rows.append(dict(variant="naive-tanh", env="Pendulum-v1", seed=0, state="failed",
+                     final_return=float("nan"), auc_return=float("nan")))
+    assert identical_variants(pd.DataFrame(rows)) == [["joint-update", "policy-first"]]
+    rows[-3]["final_return"] = -1.0  # policy-first seed 2 now differs: no group left
+    assert identical_variants(pd.DataFrame(rows)) == []
