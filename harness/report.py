@@ -302,7 +302,11 @@ def plot_performance_profile(out_dir: Path, runs: pd.DataFrame, colors: Mapping[
     if not scores:
         return []
     finite = np.concatenate([m[~np.isnan(m)] for m in scores.values()])
-    taus = np.linspace(min(0.0, float(finite.min())), max(1.0, float(finite.max())), 81)
+    # Thresholds span the observed scores (a margin either side), not a fixed [0, 1]: when every variant
+    # ends near the target the profiles differ only in a narrow band, which a [0, 1] axis squeezes flat.
+    low, high = float(finite.min()), float(finite.max())
+    margin = max(0.05 * (high - low), 0.01)
+    taus = np.linspace(low - margin, high + margin, 81)
     profiles, intervals = stats.performance_profiles(scores, taus, reps)
     fig, ax = plt.subplots(figsize=(8, 4.8))
     plot_utils.plot_performance_profiles(
@@ -311,13 +315,16 @@ def plot_performance_profile(out_dir: Path, runs: pd.DataFrame, colors: Mapping[
         colors={_mpl(v): colors[v] for v in profiles}, xlabel=r"normalized final return $\tau$",
         ylabel=r"fraction of runs with score $> \tau$", labelsize="large", ticklabelsize="medium",
     )
-    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax.axvline(0.0, color="grey", linestyle=":", linewidth=1)
+    for tau, style in ((1.0, "--"), (0.0, ":")):
+        if taus[0] <= tau <= taus[-1]:
+            ax.axvline(tau, color="grey", linestyle=style, linewidth=1)
+    ax.set_xlim(taus[0], taus[-1])
     _variant_legend(fig, list(profiles), colors)
     _save(fig, out_dir, "performance_profile.png")
     return [FigureFile("performance_profile.png", "Aggregate estimates", "Performance profile",
                        "Fraction of complete runs whose normalized final return exceeds tau (per environment, averaged "
-                       "over environments); band: 95% stratified bootstrap interval. Dotted: random policy; dashed: target.")]
+                       "over environments); band: 95% stratified bootstrap interval. The axis spans the observed scores; dotted: random policy "
+                       "(0), dashed: target (1), where they fall inside it.")]
 
 
 def plot_probability_of_improvement(
