@@ -108,3 +108,15 @@ def test_progress_lines_when_not_a_terminal(tmp_path):
                         "final_return": -150.0, "env_steps": 100, "wall_s": 2.0}])
     assert lines[0].startswith("[status] 0/2 runs done, 100/200 env steps")
     assert lines[1] == "[1/2] Pendulum-v1 reference seed 0: complete, final_return -150.0, 50 steps/s"
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: with 4 members seed 0's eval.csv differs from the seed trained "
+                                       "alone (2 or 3 members match); cause not found yet, see README")
+def test_four_batched_members_equal_separate_runs_bit_for_bit(tmp_path):
+    entry = CATALOG["reference"]
+    spec = dataclasses.replace(entry.spec, learning_starts=100, hidden_sizes=(32, 32), batch_size=64)
+    budget = budget_for("smoke", "Pendulum-v1", 400)
+    train_job(Job("reference", "", spec, {}, "Pendulum-v1", (0, 1, 2, 3), budget, str(tmp_path / "batched")))
+    train_job(Job("reference", "", spec, {}, "Pendulum-v1", (0,), budget, str(tmp_path / "single")))
+    seed0 = Path("runs/Pendulum-v1/reference/seed_0/eval.csv")
+    assert (tmp_path / "batched" / seed0).read_bytes() == (tmp_path / "single" / seed0).read_bytes()
