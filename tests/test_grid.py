@@ -30,16 +30,22 @@ def run_files(out, name="eval.csv"):
     return {p.relative_to(out): p.read_bytes() for p in sorted(Path(out).glob(f"runs/*/*/seed_*/{name}"))}
 
 
-def test_batched_members_equal_separate_runs_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("seeds", [
+    (0, 1, 2),
+    pytest.param((0, 1, 2, 3), marks=pytest.mark.xfail(
+        strict=True, reason="known bug: with 4 members eval.csv differs from the seed trained alone "
+                            "(2 or 3 members match); cause not found yet, see README")),
+])
+def test_batched_members_equal_separate_runs_bit_for_bit(tmp_path, seeds):
     entry = CATALOG["reference"]
     spec = dataclasses.replace(entry.spec, learning_starts=100, hidden_sizes=(32, 32), batch_size=64)
     budget = budget_for("smoke", "Pendulum-v1", 400)
-    train_job(Job("reference", "", spec, {}, "Pendulum-v1", (0, 1, 2), budget, str(tmp_path / "batched")))
-    for seed in (0, 1, 2):
+    train_job(Job("reference", "", spec, {}, "Pendulum-v1", seeds, budget, str(tmp_path / "batched")))
+    for seed in seeds:
         train_job(Job("reference", "", spec, {}, "Pendulum-v1", (seed,), budget, str(tmp_path / "single")))
     for name in ("eval.csv", "train.csv", "diagnostics.csv"):
         batched, single = run_files(tmp_path / "batched", name), run_files(tmp_path / "single", name)
-        assert len(batched) == 3 and batched == single, name
+        assert len(batched) == len(seeds) and batched == single, name
 
 
 def test_sigkilled_grid_resumes_to_the_same_eval_curve(tmp_path):
@@ -109,14 +115,3 @@ def test_progress_lines_when_not_a_terminal(tmp_path):
     assert lines[0].startswith("[status] 0/2 runs done, 100/200 env steps")
     assert lines[1] == "[1/2] Pendulum-v1 reference seed 0: complete, final_return -150.0, 50 steps/s"
 
-
-@pytest.mark.xfail(strict=True, reason="known bug: with 4 members seed 0's eval.csv differs from the seed trained "
-                                       "alone (2 or 3 members match); cause not found yet, see README")
-def test_four_batched_members_equal_separate_runs_bit_for_bit(tmp_path):
-    entry = CATALOG["reference"]
-    spec = dataclasses.replace(entry.spec, learning_starts=100, hidden_sizes=(32, 32), batch_size=64)
-    budget = budget_for("smoke", "Pendulum-v1", 400)
-    train_job(Job("reference", "", spec, {}, "Pendulum-v1", (0, 1, 2, 3), budget, str(tmp_path / "batched")))
-    train_job(Job("reference", "", spec, {}, "Pendulum-v1", (0,), budget, str(tmp_path / "single")))
-    seed0 = Path("runs/Pendulum-v1/reference/seed_0/eval.csv")
-    assert (tmp_path / "batched" / seed0).read_bytes() == (tmp_path / "single" / seed0).read_bytes()

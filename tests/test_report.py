@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness import records, report, stats
@@ -185,9 +186,6 @@ def test_report_module_does_not_import_the_learner_or_torch() -> None:
 
 
 def test_variants_with_identical_returns_are_grouped():
-    import pandas as pd
-    from harness.report import identical_variants
-
     rows = []
     for seed in range(3):
         for variant, final in (("joint-update", -140.0 - seed), ("policy-first", -140.0 - seed),
@@ -196,6 +194,6 @@ def test_variants_with_identical_returns_are_grouped():
                              final_return=final, auc_return=final * 2))
     rows.append(dict(variant="naive-tanh", env="Pendulum-v1", seed=0, state="failed",
                      final_return=float("nan"), auc_return=float("nan")))
-    assert identical_variants(pd.DataFrame(rows)) == [["joint-update", "policy-first"]]
+    assert report.identical_variants(pd.DataFrame(rows)) == [["joint-update", "policy-first"]]
     rows[-3]["final_return"] = -1.0  # policy-first seed 2 now differs: no group left
-    assert identical_variants(pd.DataFrame(rows)) == []
+    assert report.identical_variants(pd.DataFrame(rows)) == []
