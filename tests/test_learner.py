@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from variants.buffer import Batch
+from variants.buffer import Batch, ReplayBuffer
 from variants.learner import critic_loss, policy_sample, twin_q
 from helpers import ACT, OBS, SCALE, all_params, clone_generator, filled_buffer, make_learner, tiny_spec
 
@@ -113,6 +113,29 @@ def test_members_are_independent_bit_for_bit():
             k = a.shape[0] // 3
             assert torch.equal(a[member * k:(member + 1) * k], b[member * k:(member + 1) * k])
     assert not torch.equal(clean.actor[0][1], altered.actor[0][1])  # the altered member did change
+
+
+@pytest.mark.parametrize("order", ["sequential", "joint"])
+def test_nine_members_equal_each_seed_trained_alone_bit_for_bit(order):
+    # 9 members put every small stacked tensor (output biases, log-alpha) past the vectorised-loop
+    # thresholds of Adam and lerp; member m must still get exactly the arithmetic it gets alone.
+    spec = tiny_spec(update_order=order)
+    seeds = tuple(range(10, 19))
+    batched, buf = make_learner(spec, seeds), filled_buffer(len(seeds))
+    alone = [make_learner(spec, (seed,)) for seed in seeds]
+    own_buffers = []
+    for m in range(len(seeds)):
+        own = ReplayBuffer(1, buf.capacity, OBS, ACT)
+        own.load_state_dict({name: getattr(buf, name)[m:m + 1, :buf.size] for name in buf.FIELDS} | {"pos": buf.pos, "size": buf.size})
+        own_buffers.append(own)
+    for _ in range(30):
+        batched.update(buf.sample(spec.batch_size, batched.generators))
+        for learner, own in zip(alone, own_buffers):
+            learner.update(own.sample(spec.batch_size, learner.generators))
+    for m, learner in enumerate(alone):
+        for stacked, single in zip(all_params(batched), all_params(learner)):
+            k = stacked.shape[0] // len(seeds)
+            assert torch.equal(stacked[m * k:(m + 1) * k], single), f"member {m}"
 
 
 def test_same_seed_same_parameters_and_different_seeds_differ():

@@ -133,8 +133,9 @@ def test_returns_are_unscaled_under_reward_scaling(tmp_path):
 def test_nonfinite_member_is_marked_diverged_and_others_go_on(tmp_path):
     learner = make_learner(tiny_spec(), (0, 1))
     buf = filled_buffer(2)
-    with torch.no_grad():
-        learner.actor[0][1] = float("nan")
+    poisoned = [t.detach().clone() for t in learner.actor]
+    poisoned[0][1] = float("nan")
+    learner.actor_params.copy_(poisoned)
     learner.update(buf.sample(32, learner.generators))
     members = [MemberRecord(0, tmp_path / "0"), MemberRecord(1, tmp_path / "1")]
     _record_diagnostics(learner, members, step=500)

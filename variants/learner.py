@@ -17,7 +17,7 @@ import torch
 
 from .buffer import Batch
 from .logprob import gaussian_log_prob, tanh_log_abs_det_jacobian
-from .networks import Params, init_mlp, member_nonfinite, member_sq_norm, mlp_forward
+from .networks import MemberParams, Params, init_mlp, member_nonfinite, member_sq_norm, mlp_forward
 from .spec import VariantSpec
 
 DIAGNOSTICS = (
@@ -244,16 +244,18 @@ class SACLearner:
         self.action_scale = torch.as_tensor(np.asarray(action_scale, dtype=np.float32), device=self.device)
         init_gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
         hidden = list(spec.hidden_sizes)
-        self.actor: Params = init_mlp([obs_dim, *hidden, 2 * act_dim], init_gens, spec.init, 1, self.device)
-        self.critic: Params = init_mlp([obs_dim + act_dim, *hidden, 1], init_gens, spec.init, 2, self.device)
-        self.critic_target: Params = [p.detach().clone() for p in self.critic]
-        self.log_alpha = torch.full((self.members,), spec.resolved_initial_log_alpha(), device=self.device, requires_grad=True)
+        self.actor_params = init_mlp([obs_dim, *hidden, 2 * act_dim], init_gens, spec.init, 1, self.device)
+        self.critic_params = init_mlp([obs_dim + act_dim, *hidden, 1], init_gens, spec.init, 2, self.device)
+        self.critic_target_params = self.critic_params.detached_copy()
+        self.log_alpha_params = MemberParams(
+            [torch.full((self.members,), spec.resolved_initial_log_alpha(), device=self.device)], self.members
+        )
         self.alpha = torch.full((self.members,), spec.initial_alpha, device=self.device)
         self.target_entropy = spec.resolved_target_entropy(act_dim)
         fused = spec.update_order not in STEPS_UNDER_LIVE_GRAPH
-        self.actor_opt = _adam(self.actor, spec.lr_actor, fused)
-        self.critic_opt = _adam(self.critic, spec.lr_critic, fused)
-        self.alpha_opt = _adam([self.log_alpha], spec.lr_alpha, fused)
+        self.actor_opt = _adam(self.actor_params.leaves(), spec.lr_actor, fused)
+        self.critic_opt = _adam(self.critic_params.leaves(), spec.lr_critic, fused)
+        self.alpha_opt = _adam(self.log_alpha_params.leaves(), spec.lr_alpha, fused)
         self.optimizers = (self.actor_opt, self.critic_opt, self.alpha_opt)
         self._base_lrs = (spec.lr_actor, spec.lr_critic, spec.lr_alpha)
         # Runtime random draws (batch indices, policy noise, warm-up actions), one stream per member.
@@ -262,6 +264,24 @@ class SACLearner:
         self._diag_sum = torch.zeros(self.members, len(DIAGNOSTICS), device=self.device)
         self._diag_updates = 0
         self._update_fn = UPDATE_ORDERS[spec.update_order]
+
+    # The stacked tensors the losses use; see MemberParams for why some are held per member.
+    @property
+    def actor(self) -> Params:
+        return self.actor_params.tensors()
+
+    @property
+    def critic(self) -> Params:
+        return self.critic_params.tensors()
+
+    @property
+    def critic_target(self) -> Params:
+        return self.critic_target_params.tensors()
+
+    @property
+    def log_alpha(self) -> torch.Tensor:
+        """(S,)"""
+        return self.log_alpha_params.tensors()[0]
 
     # --- acting ---------------------------------------------------------------------------------
     def _noise(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -291,7 +311,9 @@ class SACLearner:
         losses = self._update_fn(self, batch, noise_next, noise)
         with torch.no_grad():
             self.alpha = self.log_alpha.detach().exp()
-            torch._foreach_lerp_(self.critic_target, [p.detach() for p in self.critic], self.spec.tau)
+            torch._foreach_lerp_(
+                self.critic_target_params.leaves(), [p.detach() for p in self.critic_params.leaves()], self.spec.tau
+            )
             self._accumulate(losses, alpha_used)
         self.updates += 1
         if self.spec.lr_decay_period > 0:
@@ -318,8 +340,8 @@ class SACLearner:
                 losses.q_pred.detach().mean(dim=(1, 2)),
                 losses.q_target.mean(dim=1),
                 td.mean(dim=(1, 2)),
-                member_sq_norm([p.grad for p in self.actor if p.grad is not None], s).sqrt(),
-                member_sq_norm([p.grad for p in self.critic if p.grad is not None], s).sqrt(),
+                member_sq_norm(self.actor_params.grads(), s).sqrt(),
+                member_sq_norm(self.critic_params.grads(), s).sqrt(),
                 (torch.tanh(u).abs() > 0.999).float().mean(dim=(1, 2)),
                 (naive - softplus).mean(dim=1),
                 (~torch.isfinite(loss_stack)).sum(dim=1).float(),
@@ -360,12 +382,11 @@ class SACLearner:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        with torch.no_grad():
-            for dst, src in ((self.actor, state["actor"]), (self.critic, state["critic"]), (self.critic_target, state["critic_target"])):
-                for p, v in zip(dst, src):
-                    p.copy_(v)
-            self.log_alpha.copy_(state["log_alpha"])
-            self.alpha = state["alpha"].to(self.device).clone()
+        self.actor_params.copy_(state["actor"])
+        self.critic_params.copy_(state["critic"])
+        self.critic_target_params.copy_(state["critic_target"])
+        self.log_alpha_params.copy_([state["log_alpha"]])
+        self.alpha = state["alpha"].to(self.device).clone()
         for opt, s in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(s)
         for g, s in zip(self.generators, state["generators"]):

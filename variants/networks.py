@@ -14,6 +14,62 @@ import torch
 
 Params = list[torch.Tensor]  # [W0, b0, W1, b1, ...]
 
+# CPU elementwise kernels (Adam's step, lerp) run a vectorised loop over a tensor and a scalar loop
+# over its last few elements, and the two loops round differently (measured with torch 2.13 on AVX2 /
+# AVX-512: fused Adam from 8 elements, foreach Adam and lerp from 16). Which loop a member's slice of a
+# stacked tensor gets would then depend on how many members are stacked, unless every member's slice is
+# a whole number of vector chunks: 64 floats is two 512-bit vectors, twice over.
+MEMBER_ALIGN = 64
+
+
+class MemberParams:
+    """Stacked parameters of M networks (S members x copies), as a forward pass and an optimizer see them.
+
+    `tensors()` gives one (M, ...) tensor per parameter, the layout `mlp_forward` takes. `leaves()`
+    gives what an optimizer steps: a tensor whose size per member is a multiple of MEMBER_ALIGN is its
+    own leaf; any other (output biases, log-alpha) is held as one leaf per member and concatenated by
+    `tensors()`, so that each member's values are updated by exactly the arithmetic they get when the
+    member is trained alone. With one member every tensor is its own leaf and `tensors()` copies nothing.
+    """
+
+    def __init__(self, stacked: Sequence[torch.Tensor], members: int, requires_grad: bool = True):
+        self.members = members
+        self._parts: list[list[torch.Tensor]] = []
+        for t in stacked:
+            t = t.detach()
+            if members == 1 or (t.numel() // members) % MEMBER_ALIGN == 0:
+                parts = [t.clone()]
+            else:
+                parts = [c.clone() for c in t.chunk(members)]
+            self._parts.append([p.requires_grad_(requires_grad) for p in parts])
+
+    def tensors(self) -> Params:
+        """Per parameter, the (M, ...) tensor of all members. Where a parameter is split this is a new
+        concatenation, so in-place writes to it are lost: write with `copy_`."""
+        return [parts[0] if len(parts) == 1 else torch.cat(parts) for parts in self._parts]
+
+    def leaves(self) -> list[torch.Tensor]:
+        return [p for parts in self._parts for p in parts]
+
+    def grads(self) -> list[torch.Tensor]:
+        """Per parameter with a gradient, the (M, ...) gradient of its leaves."""
+        return [
+            parts[0].grad if len(parts) == 1 else torch.cat([p.grad for p in parts])
+            for parts in self._parts
+            if all(p.grad is not None for p in parts)
+        ]
+
+    @torch.no_grad()
+    def copy_(self, stacked: Sequence[torch.Tensor]) -> None:
+        """Overwrite the values with (M, ...) tensors shaped like `tensors()`."""
+        for parts, t in zip(self._parts, stacked, strict=True):
+            for p, chunk in zip(parts, t.chunk(len(parts)), strict=True):
+                p.copy_(chunk)
+
+    def detached_copy(self) -> "MemberParams":
+        """Same values, split the same way, outside autograd (a target network)."""
+        return MemberParams([t.detach() for t in self.tensors()], self.members, requires_grad=False)
+
 
 def _torch_default(fan_in: int, fan_out: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     # nn.Linear's default: kaiming_uniform(a=sqrt(5)) gives U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias alike.
@@ -41,13 +97,13 @@ def init_mlp(
     init: str,
     copies_per_member: int = 1,
     device: torch.device | str = "cpu",
-) -> Params:
+) -> "MemberParams":
     """Initialise stacked MLPs with layer widths `sizes` (input, hidden..., output).
 
     Member m's `copies_per_member` networks are drawn from `generators[m]` (a CPU generator), one
     network after the other, so a member's initial weights do not depend on how many members are
-    stacked. Returns leaf tensors (float32, requires_grad) of shape (M, in, out) and (M, 1, out),
-    M = len(generators) * copies_per_member.
+    stacked. Returns them as MemberParams whose `tensors()` have shapes (M, in, out) and (M, 1, out),
+    M = len(generators) * copies_per_member (float32, requiring grad).
     """
     make = INITIALIZERS[init]
     per_network: list[list[torch.Tensor]] = []
@@ -57,10 +113,11 @@ def init_mlp(
             for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
                 layers.extend(make(fan_in, fan_out, gen))
             per_network.append(layers)
-    return [
-        torch.stack([net[i] for net in per_network]).to(device=device, dtype=torch.float32).requires_grad_()
+    stacked = [
+        torch.stack([net[i] for net in per_network]).to(device=device, dtype=torch.float32)
         for i in range(len(per_network[0]))
     ]
+    return MemberParams(stacked, len(generators))
 
 
 def mlp_forward(params: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
