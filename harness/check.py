@@ -14,7 +14,10 @@ The comparison reads only run records (results/README.md): the baseline is a res
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -86,8 +89,14 @@ def platform_fingerprint() -> dict[str, str]:
 
 
 def _states(runs) -> str:
-    counts = runs["state"].value_counts()
-    return ", ".join(f"{counts[s]} {s}" for s in sorted(counts.index))
+    return _state_counts(runs["state"])
+
+
+def _state_counts(states) -> str:
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state] = counts.get(state, 0) + 1
+    return ", ".join(f"{counts[s]} {s}" for s in sorted(counts))
 
 
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
@@ -127,6 +136,94 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     identical = _identical_curves(baseline_dir, new_dir, variants, seeds)
     base_platform = _read_baseline_meta(baseline_dir).get("platform")
     return CheckOutcome(checks, identical, base_platform == platform_fingerprint(), warnings)
+
+
+@dataclass(frozen=True)
+class FalseAlarmStudy:
+    """Reseeded checks of runs trained by unchanged code against the baseline: every failure is a false alarm.
+
+    seed_sets[i] is the i-th disjoint set of `per_check` seeds (in seed order, none of the baseline's)
+    and checks[i] its (variant, metric) comparisons. `subsets` counts every `per_check`-seed subset of
+    the same seeds (overlapping, so not independent: a finer estimate of the rate, without an interval).
+    """
+
+    per_check: int
+    seed_sets: list[tuple[int, ...]]
+    checks: list[list[MetricCheck]]
+    subsets: int
+    subset_failures: int
+
+    @property
+    def false_alarms(self) -> int:
+        return sum(any(c.regression for c in checks) for checks in self.checks)
+
+    def rate_upper_bound(self, confidence: float = 0.95) -> float:
+        """Exact (Clopper-Pearson) upper bound on the false-alarm rate from the disjoint checks."""
+        from scipy.stats import binomtest
+
+        return float(binomtest(self.false_alarms, len(self.seed_sets)).proportion_ci(confidence).high)
+
+
+MAX_SUBSETS = 20_000
+
+
+def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[str], per_check: int = DEFAULT_SEEDS,
+                      tolerance: float = DEFAULT_TOLERANCE, reps: int = 2000) -> FalseAlarmStudy:
+    """Run the check's rule on many reseeded seed sets of `results_dir` (runs of unchanged code).
+
+    Uses the seeds that every variant has in `results_dir` and the baseline does not. The baseline's
+    intervals are computed once; each seed set then gets exactly `MetricCheck.regression`. At most
+    MAX_SUBSETS subsets are evaluated (a seeded random sample beyond that).
+    Raises ValueError when there are fewer than `per_check` such seeds.
+    """
+    from . import stats
+    from .normalization import normalized_score
+
+    reference = compare(baseline_dir, results_dir, variants, tolerance, reps)
+    base_seeds = set(stats.scan_results(baseline_dir).runs["seed"])
+    runs = stats.scan_results(results_dir).runs
+    runs = runs[(runs.env == CHECK_ENV) & runs.variant.isin(list(variants))]
+    per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
+    seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - base_seeds)
+    if len(seeds) < per_check:
+        raise ValueError(f"{results_dir} has {len(seeds)} seeds of every variant outside the baseline's; "
+                         f"a reseeded check needs {per_check}")
+    scores = {(v, m): dict(zip(r.index, normalized_score(r[m].to_numpy(float), CHECK_ENV)))
+              for v, r in per_variant.items() for m in METRICS}
+    states = {v: dict(zip(r.index, r["state"])) for v, r in per_variant.items()}
+
+    def checks_for(seed_set: Sequence[int]) -> list[MetricCheck]:
+        out = []
+        for c in reference.checks:
+            done = [s for s in seed_set if states[c.variant][s] == "complete"]
+            values = np.array([scores[(c.variant, c.metric)][s] for s in done])
+            new = float(stats.interquartile_mean(values)) if values.size else float("nan")
+            out.append(dataclasses.replace(c, new=new, new_states=_state_counts(states[c.variant][s] for s in seed_set)))
+        return out
+
+    seed_sets = [tuple(seeds[i:i + per_check]) for i in range(0, len(seeds) - per_check + 1, per_check)]
+    if math.comb(len(seeds), per_check) <= MAX_SUBSETS:
+        subsets = list(itertools.combinations(seeds, per_check))
+    else:
+        rng = np.random.default_rng(0)
+        subsets = [tuple(rng.choice(seeds, per_check, replace=False)) for _ in range(MAX_SUBSETS)]
+    failures = sum(any(c.regression for c in checks_for(subset)) for subset in subsets)
+    return FalseAlarmStudy(per_check, seed_sets, [checks_for(s) for s in seed_sets], len(subsets), failures)
+
+
+def format_false_alarm_study(study: FalseAlarmStudy) -> list[str]:
+    lines = [f"{'seeds':18s} {'result':10s} closest to failing (new IQM - fail-below threshold)"]
+    for seed_set, checks in zip(study.seed_sets, study.checks):
+        closest = min(checks, key=lambda c: c.new - c.threshold if np.isfinite(c.new) else -np.inf)
+        result = "FAIL" if any(c.regression for c in checks) else "pass"
+        lines.append(f"{','.join(map(str, seed_set)):18s} {result:10s} "
+                     f"{closest.variant} {closest.metric} {closest.new - closest.threshold:+.3f}")
+    n = len(study.seed_sets)
+    lines.append(f"false alarms: {study.false_alarms} of {n} disjoint reseeded checks of {study.per_check} seeds "
+                 f"(95% upper bound on the rate: {study.rate_upper_bound():.0%})")
+    lines.append(f"all {study.subsets} {study.per_check}-seed subsets of the same seeds: {study.subset_failures} fail "
+                 f"({study.subset_failures / study.subsets:.1%})")
+    return lines
 
 
 def _identical_curves(baseline_dir: Path, new_dir: Path, variants: Sequence[str],

@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--results", default=None,
                        help="compare this results folder instead of training (its seeds --seed-offset.. if given)")
     check.add_argument("--update-baseline", action="store_true", help="train and write the runs as the new baseline")
+    check.add_argument("--false-alarms", action="store_true",
+                       help="with --results (runs of unchanged code, seeds other than the baseline's): run the "
+                            "check on every disjoint --seeds-sized seed set and count the failures")
 
     bench = sub.add_parser("bench", help="update time vs the FLOP floor, member scaling, env steps/s vs SB3")
     bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -217,6 +220,8 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     overrides, variants = apply_overrides(args.overrides, {n: CATALOG[n] for n in variant_names})
     budget = budget_for("ci", check.CHECK_ENV, args.steps)
     baseline = Path(args.baseline)
+    if args.false_alarms:
+        return cmd_false_alarms(args, variant_names, baseline)
     if args.results is not None:
         new_dir = Path(args.results)
         if not new_dir.is_dir():
@@ -255,6 +260,27 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for line in check.format_outcome(outcome, args.tolerance, overridden=bool(args.overrides)):
         print(line)
     return 0 if outcome.passed else 1
+
+
+def cmd_false_alarms(args: argparse.Namespace, variant_names: list[str], baseline: Path) -> int:
+    from . import check
+
+    if args.results is None or args.update_baseline or args.overrides or args.seed_offset is not None:
+        raise UsageError("check --false-alarms: give --results DIR (and optionally --seeds, --tolerance), "
+                         "without --update-baseline, --set or --seed-offset")
+    if not Path(args.results).is_dir():
+        raise UsageError(f"check: no results folder at {args.results}")
+    if not (baseline / "runs").is_dir():
+        raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")
+    try:
+        study = check.false_alarm_study(baseline, Path(args.results), variant_names, args.seeds, args.tolerance)
+    except ValueError as exc:
+        raise UsageError(f"check: {exc}") from None
+    print(f"false-alarm study: {args.results} against {baseline}, {', '.join(variant_names)}, "
+          f"tolerance {args.tolerance}")
+    for line in check.format_false_alarm_study(study):
+        print(line)
+    return 0
 
 
 def _require_matching_baseline(baseline: Path, budget) -> None:
