@@ -140,3 +140,33 @@ def test_differing_curves_are_blamed_on_the_override_not_the_arithmetic():
     overridden = "\n".join(check.format_outcome(outcome, 0.1, overridden=True))
     assert "arithmetic changed" in plain and "--set" not in plain
     assert "overridden with --set" in overridden and "arithmetic changed" not in overridden
+
+
+def test_false_alarm_study_counts_failing_seed_sets(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    # Seeds 0-2 are the baseline's and are left out; 3-5 learn like it, 6-8 return what a random policy does.
+    new = make_results(tmp_path / "new", [-150.0, -160.0, -170.0, -150.0, -160.0, -170.0, -1207.6, -1190.0, -1230.0])
+    study = check.false_alarm_study(base, new, ["reference"], per_check=3, reps=200)
+    assert study.seed_sets == [(3, 4, 5), (6, 7, 8)]
+    assert [any(c.regression for c in checks) for checks in study.checks] == [False, True]
+    assert study.false_alarms == 1
+    # Of the C(6, 3) = 20 subsets of seeds 3-8 only (3, 4, 5) has no random-policy run; a 3-run IQM is
+    # the mean, and one run at random-policy level pulls it a third of the way to 0.
+    assert (study.subsets, study.subset_failures) == (20, 19)
+    code = main(["check", "--baseline", str(base), "--results", str(new), "--variants", "reference", "--false-alarms"])
+    out = capsys.readouterr().out
+    assert code == 0 and "false alarms: 1 of 2 disjoint reseeded checks" in out and "19 fail (95.0%)" in out
+
+
+def test_false_alarm_upper_bound_is_clopper_pearson():
+    study = check.FalseAlarmStudy(3, [(i,) for i in range(10)], [[] for _ in range(10)], 10, 0)
+    assert study.rate_upper_bound() == pytest.approx(1 - 0.025 ** (1 / 10))  # 0 of 10: 30.8%
+
+
+def test_false_alarm_study_needs_results_and_enough_seeds(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    assert main(["check", "--baseline", str(base), "--variants", "reference", "--false-alarms"]) == 2
+    assert "give --results DIR" in capsys.readouterr().err
+    new = make_results(tmp_path / "new", [-150.0, -160.0, -170.0, -150.0])
+    assert main(["check", "--baseline", str(base), "--results", str(new), "--variants", "reference", "--false-alarms"]) == 2
+    assert "has 1 seeds of every variant outside the baseline's; a reseeded check needs 3" in capsys.readouterr().err
