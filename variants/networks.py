@@ -15,10 +15,10 @@ import torch
 Params = list[torch.Tensor]  # [W0, b0, W1, b1, ...]
 
 # CPU elementwise kernels (Adam's step, lerp) run a vectorised loop over a tensor and a scalar loop
-# over its last few elements, and the two loops round differently (measured with torch 2.13 on AVX2 /
-# AVX-512: fused Adam from 8 elements, foreach Adam and lerp from 16). Which loop a member's slice of a
-# stacked tensor gets would then depend on how many members are stacked, unless every member's slice is
-# a whole number of vector chunks: 64 floats is two 512-bit vectors, twice over.
+# over its last few elements, and the two loops round differently (measured with torch 2.13 on an
+# AVX-512 CPU: fused Adam differs from 8 elements on, foreach Adam and lerp from 16). Which loop a
+# member's slice of a stacked tensor gets would then depend on how many members are stacked, unless
+# every member's slice is a whole number of vector chunks: 64 floats is two 512-bit vectors, twice over.
 MEMBER_ALIGN = 64
 
 
