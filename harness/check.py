@@ -2,8 +2,9 @@
 
 The rule (also in the README): for every checked variant and for each of final_return and auc_return,
 the new runs' IQM of normalized score must not fall below the baseline's 95% bootstrap interval (of the
-IQM over its seeds) by more than `tolerance` (default 0.1, a tenth of the way from a random policy to
-the target return). A run that fails or diverges where the baseline's completed is a regression too.
+IQM over its seeds) by more than `tolerance` (default 0.15 of the way from a random policy to the
+target return; the README gives the false-alarm measurement behind it). A run that fails or diverges
+where the baseline's completed is a regression too.
 Fixed-seed CPU runs are reproducible on one platform, so the check also says whether the curves are
 identical to the baseline's: identical is the strongest pass; a difference on the same platform
 fingerprint is printed as a warning (the learner's arithmetic changed), never a failure by itself.
@@ -31,7 +32,9 @@ from . import records
 DEFAULT_BASELINE = Path("results/baselines/ci")
 DEFAULT_VARIANTS = ("reference", "blog-sac2")
 DEFAULT_SEEDS = 3
-DEFAULT_TOLERANCE = 0.1
+# Reseeded checks of unchanged code failed 4.2% of the time at 0.10 and 0.5% at 0.15; runs that did not
+# learn (learning rates / 3) failed at every tolerance up to 0.25 (README, "False alarms").
+DEFAULT_TOLERANCE = 0.15
 CHECK_ENV = "Pendulum-v1"
 METRICS = ("final_return", "auc_return")
 

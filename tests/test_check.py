@@ -77,7 +77,7 @@ def test_a_small_drop_within_tolerance_passes_and_a_large_one_fails(tmp_path):
     r_random, r_target = -1207.555, -150.0
     to_return = lambda score: r_random + score * (r_target - r_random)
     near = make_results(tmp_path / "near", [to_return(low - 0.05)] * 3)
-    far = make_results(tmp_path / "far", [to_return(low - 0.2)] * 3)
+    far = make_results(tmp_path / "far", [to_return(low - 0.3)] * 3)
     assert check.compare(base, near, ["reference"], reps=500).passed
     assert not check.compare(base, far, ["reference"], reps=500).passed
 
