@@ -168,17 +168,20 @@ def test_box2d_envs_train(tmp_path, env_id):
     assert rows[0]["state"] == "complete" and rows[0]["env_steps"] == 200
 
 
-def test_interrupted_job_resumes_to_identical_records(tmp_path):
+# 9 members: the checkpoint holds the small parameters and their Adam state one member at a time.
+@pytest.mark.parametrize("seeds", [(0,), tuple(range(9))])
+def test_interrupted_job_resumes_to_identical_records(tmp_path, seeds):
     fast = dict(FAST, learning_starts=50)
-    train_job(job_for(tmp_path / "whole", steps=400, **fast))
+    train_job(job_for(tmp_path / "whole", seeds=seeds, steps=400, **fast))
     calls = iter(range(10_000))
-    job = job_for(tmp_path / "split", steps=400, **fast)
+    job = job_for(tmp_path / "split", seeds=seeds, steps=400, **fast)
     with pytest.raises(Interrupted):
         train_job(job, should_stop=lambda: next(calls) == 237)  # mid-episode, mid-interval
     assert checkpoint_path(job).exists()
     train_job(job)
     assert not checkpoint_path(job).exists()
-    for name in ("eval.csv", "train.csv", "diagnostics.csv"):
-        a = (tmp_path / "whole/runs/Pendulum-v1/reference/seed_0" / name).read_bytes()
-        b = (tmp_path / "split/runs/Pendulum-v1/reference/seed_0" / name).read_bytes()
-        assert a == b, name
+    for seed in seeds:
+        for name in ("eval.csv", "train.csv", "diagnostics.csv"):
+            a = (tmp_path / f"whole/runs/Pendulum-v1/reference/seed_{seed}" / name).read_bytes()
+            b = (tmp_path / f"split/runs/Pendulum-v1/reference/seed_{seed}" / name).read_bytes()
+            assert a == b, (seed, name)
