@@ -92,14 +92,40 @@ def platform_fingerprint() -> dict[str, str]:
 
 
 def _states(runs) -> str:
-    return _state_counts(runs["state"])
+    counts = runs["state"].value_counts()
+    return ", ".join(f"{counts[s]} {s}" for s in sorted(counts.index))
 
 
-def _state_counts(states) -> str:
-    counts: dict[str, int] = {}
-    for state in states:
-        counts[state] = counts.get(state, 0) + 1
-    return ", ".join(f"{counts[s]} {s}" for s in sorted(counts))
+def _baseline_checks(base_runs, variants: Sequence[str], tolerance: float, reps: int, baseline_dir: Path) -> list[MetricCheck]:
+    """Per (variant, metric), the baseline side of a check (interval, threshold, states); new is nan."""
+    from . import stats  # pandas and rliable: loaded only when a comparison is made
+    from .normalization import normalized_score
+
+    checks = []
+    for variant in variants:
+        base = base_runs[(base_runs.variant == variant) & (base_runs.env == CHECK_ENV)]
+        if base.empty:
+            raise ValueError(f"baseline {baseline_dir} has no {CHECK_ENV} runs of {variant}; "
+                             f"make one with --update-baseline")
+        for metric in METRICS:
+            base_scores = normalized_score(stats.complete_runs(base)[metric].to_numpy(float), CHECK_ENV)
+            if base_scores.size == 0:
+                interval = stats.Interval(float("nan"), float("nan"), float("nan"))
+            else:
+                seed = stats.stable_seed("check", variant, metric)
+                interval = stats.aggregate_intervals(base_scores[:, None], gamma=None, reps=reps, seed=seed)["iqm"]
+            checks.append(MetricCheck(variant, metric, interval, float("nan"), interval.low - tolerance, "", _states(base)))
+    return checks
+
+
+def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
+    """`check` completed with the IQM and run states of `new`, that variant's new runs (non-empty)."""
+    from . import stats
+    from .normalization import normalized_score
+
+    scores = normalized_score(stats.complete_runs(new)[check.metric].to_numpy(float), CHECK_ENV)
+    iqm = float(stats.interquartile_mean(scores)) if scores.size else float("nan")
+    return dataclasses.replace(check, new=iqm, new_states=_states(new))
 
 
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
@@ -109,33 +135,19 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     seeds: which of `new_dir`'s seeds to compare (default: all of them).
     Raises ValueError (a usage error) when the baseline has no runs of a variant.
     """
-    from . import stats  # pandas and rliable: loaded only when a comparison is made
-    from .normalization import normalized_score
+    from . import stats
 
     base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
     warnings = [*base_records.warnings, *new_records.warnings]
     checks: list[MetricCheck] = []
-    for variant in variants:
-        base = base_records.runs[(base_records.runs.variant == variant) & (base_records.runs.env == CHECK_ENV)]
-        new = new_records.runs[(new_records.runs.variant == variant) & (new_records.runs.env == CHECK_ENV)]
+    for check in _baseline_checks(base_records.runs, variants, tolerance, reps, baseline_dir):
+        runs = new_records.runs
+        new = runs[(runs.variant == check.variant) & (runs.env == CHECK_ENV)]
         if seeds is not None:
             new = new[new.seed.isin(list(seeds))]
-        if base.empty:
-            raise ValueError(f"baseline {baseline_dir} has no {CHECK_ENV} runs of {variant}; "
-                             f"make one with --update-baseline")
         if new.empty:
-            raise ValueError(f"{new_dir} has no {CHECK_ENV} runs of {variant}")
-        for metric in METRICS:
-            base_scores = normalized_score(stats.complete_runs(base)[metric].to_numpy(float), CHECK_ENV)
-            new_scores = normalized_score(stats.complete_runs(new)[metric].to_numpy(float), CHECK_ENV)
-            if base_scores.size == 0:
-                interval = stats.Interval(float("nan"), float("nan"), float("nan"))
-            else:
-                seed = stats.stable_seed("check", variant, metric)
-                interval = stats.aggregate_intervals(base_scores[:, None], gamma=None, reps=reps, seed=seed)["iqm"]
-            new_iqm = float(stats.interquartile_mean(new_scores)) if new_scores.size else float("nan")
-            checks.append(MetricCheck(variant, metric, interval, new_iqm, interval.low - tolerance,
-                                      _states(new), _states(base)))
+            raise ValueError(f"{new_dir} has no {CHECK_ENV} runs of {check.variant}")
+        checks.append(_with_new_runs(check, new))
     identical = _identical_curves(baseline_dir, new_dir, variants, seeds)
     base_platform = _read_baseline_meta(baseline_dir).get("platform")
     return CheckOutcome(checks, identical, base_platform == platform_fingerprint(), warnings)
@@ -180,29 +192,19 @@ def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[
     Raises ValueError when there are fewer than `per_check` such seeds.
     """
     from . import stats
-    from .normalization import normalized_score
 
-    reference = compare(baseline_dir, results_dir, variants, tolerance, reps)
-    base_seeds = set(stats.scan_results(baseline_dir).runs["seed"])
+    base_runs = stats.scan_results(baseline_dir).runs
+    baseline_checks = _baseline_checks(base_runs, variants, tolerance, reps, baseline_dir)
     runs = stats.scan_results(results_dir).runs
-    runs = runs[(runs.env == CHECK_ENV) & runs.variant.isin(list(variants))]
+    runs = runs[runs.env == CHECK_ENV]
     per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
-    seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - base_seeds)
+    seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - set(base_runs["seed"]))
     if len(seeds) < per_check:
         raise ValueError(f"{results_dir} has {len(seeds)} seeds of every variant outside the baseline's; "
                          f"a reseeded check needs {per_check}")
-    scores = {(v, m): dict(zip(r.index, normalized_score(r[m].to_numpy(float), CHECK_ENV)))
-              for v, r in per_variant.items() for m in METRICS}
-    states = {v: dict(zip(r.index, r["state"])) for v, r in per_variant.items()}
 
     def checks_for(seed_set: Sequence[int]) -> list[MetricCheck]:
-        out = []
-        for c in reference.checks:
-            done = [s for s in seed_set if states[c.variant][s] == "complete"]
-            values = np.array([scores[(c.variant, c.metric)][s] for s in done])
-            new = float(stats.interquartile_mean(values)) if values.size else float("nan")
-            out.append(dataclasses.replace(c, new=new, new_states=_state_counts(states[c.variant][s] for s in seed_set)))
-        return out
+        return [_with_new_runs(c, per_variant[c.variant].loc[list(seed_set)]) for c in baseline_checks]
 
     seed_sets = [tuple(seeds[i:i + per_check]) for i in range(0, len(seeds) - per_check + 1, per_check)]
     if math.comb(len(seeds), per_check) <= MAX_SUBSETS:

@@ -220,8 +220,10 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     overrides, variants = apply_overrides(args.overrides, {n: CATALOG[n] for n in variant_names})
     budget = budget_for("ci", check.CHECK_ENV, args.steps)
     baseline = Path(args.baseline)
-    if args.false_alarms:
-        return cmd_false_alarms(args, variant_names, baseline)
+    if args.false_alarms and (args.results is None or args.update_baseline or args.overrides
+                              or args.seed_offset is not None):
+        raise UsageError("check --false-alarms: give --results DIR (and optionally --seeds, --tolerance), "
+                         "without --update-baseline, --set or --seed-offset")
     if args.results is not None:
         new_dir = Path(args.results)
         if not new_dir.is_dir():
@@ -250,6 +252,8 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     if not (baseline / "runs").is_dir():
         raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")
+    if args.false_alarms:
+        return _print_false_alarm_study(args, variant_names, baseline, new_dir)
     chosen = None
     if args.results is not None and args.seed_offset is not None:
         chosen = list(range(args.seed_offset, args.seed_offset + args.seeds))
@@ -262,22 +266,14 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0 if outcome.passed else 1
 
 
-def cmd_false_alarms(args: argparse.Namespace, variant_names: list[str], baseline: Path) -> int:
+def _print_false_alarm_study(args: argparse.Namespace, variant_names: list[str], baseline: Path, results: Path) -> int:
     from . import check
 
-    if args.results is None or args.update_baseline or args.overrides or args.seed_offset is not None:
-        raise UsageError("check --false-alarms: give --results DIR (and optionally --seeds, --tolerance), "
-                         "without --update-baseline, --set or --seed-offset")
-    if not Path(args.results).is_dir():
-        raise UsageError(f"check: no results folder at {args.results}")
-    if not (baseline / "runs").is_dir():
-        raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")
     try:
-        study = check.false_alarm_study(baseline, Path(args.results), variant_names, args.seeds, args.tolerance)
+        study = check.false_alarm_study(baseline, results, variant_names, args.seeds, args.tolerance)
     except ValueError as exc:
         raise UsageError(f"check: {exc}") from None
-    print(f"false-alarm study: {args.results} against {baseline}, {', '.join(variant_names)}, "
-          f"tolerance {args.tolerance}")
+    print(f"false-alarm study: {results} against {baseline}, {', '.join(variant_names)}, tolerance {args.tolerance}")
     for line in check.format_false_alarm_study(study):
         print(line)
     return 0

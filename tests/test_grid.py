@@ -120,4 +120,3 @@ def test_progress_lines_when_not_a_terminal(tmp_path):
                         "final_return": -150.0, "env_steps": 100, "wall_s": 2.0}])
     assert lines[0].startswith("[status] 0/2 runs done, 100/200 env steps")
     assert lines[1] == "[1/2] Pendulum-v1 reference seed 0: complete, final_return -150.0, 50 steps/s"
-
