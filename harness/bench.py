@@ -2,7 +2,8 @@
 
 Printed in one run, on one torch thread:
 - the time of one full update (S = 1) of the reference variant on Pendulum-v1's dimensions;
-- its GEMM FLOP count, and the floor: the same GEMMs (shapes derived from the networks) timed alone;
+- its GEMM FLOP count, and the floor: the same GEMMs (shapes derived from the networks) timed alone,
+  each in its fastest orientation, in rounds alternating with the update's;
 - member scaling: time per member-update for S = 1, 4, 8, 16;
 - end to end: environment steps per second on Pendulum-v1 with one update per step (the training loop
   of `harness.train` without evaluations), and Stable-Baselines3's SAC at identical settings when it is
@@ -11,6 +12,7 @@ Printed in one run, on one torch thread:
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import time
 from typing import Callable, Sequence
@@ -62,7 +64,8 @@ def gemm_flops(gemms: Sequence[Gemm]) -> int:
     return sum(2 * b * m * k * n for b, m, k, n in gemms)
 
 
-def _median_ms(fn: Callable[[], None], repeats: int, warmup: int) -> float:
+def _median_ms(fn: Callable[[], object], repeats: int, warmup: int) -> float:
+    """Median ms of `repeats` calls of fn after `warmup` untimed ones (repeats >= 1)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -73,19 +76,35 @@ def _median_ms(fn: Callable[[], None], repeats: int, warmup: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def _orientations(b: int, m: int, k: int, n: int, device: torch.device) -> list[Callable[[], torch.Tensor]]:
+    """Ways to compute the same random products (m x k) @ (k x n), `b` of them, into preallocated outputs: as
+    written, as the transpose of (b^T a^T), and for k = 1 as a broadcast multiply. The GEMM kernels'
+    speed depends on the orientation (see `variants.networks.stacked_matmul`), the FLOPs do not."""
+    x, w = torch.randn(b, m, k, device=device), torch.randn(b, k, n, device=device)
+    out, out_t = torch.empty(b, m, n, device=device), torch.empty(b, n, m, device=device)
+    ways = [lambda: torch.bmm(x, w, out=out), lambda: torch.bmm(w.mT, x.mT, out=out_t).mT]
+    if k == 1:
+        ways.append(lambda: torch.mul(x, w, out=out))
+    return ways
+
+
+def time_floor(products: Sequence[Sequence[Callable[[], torch.Tensor]]], repeats: int, device: torch.device) -> float:
+    """The sum over products of the median ms of each alone, in its fastest way (`_orientations`)."""
+    total = 0.0
+    for ways in products:
+        times = []
+        for way in ways:
+            def run(way=way):
+                way()
+                _sync(device)
+            times.append(_median_ms(run, repeats, max(3, repeats // 10)))
+        total += min(times)
+    return total
+
+
 def time_gemms(gemms: Sequence[Gemm], repeats: int, device: torch.device) -> float:
-    """Median ms of running every product of `gemms` once (preallocated operands and outputs)."""
-    ops = []
-    for b, m, k, n in gemms:
-        x, w = torch.randn(b, m, k, device=device), torch.randn(b, k, n, device=device)
-        ops.append((x, w, torch.empty(b, m, n, device=device)))
-
-    def run():
-        for x, w, out in ops:
-            torch.bmm(x, w, out=out)
-        _sync(device)
-
-    return _median_ms(run, repeats, max(3, repeats // 10))
+    """The floor of `gemms`: each product alone, in its fastest orientation, summed (ms)."""
+    return time_floor([_orientations(*g, device) for g in gemms], repeats, device)
 
 
 def _sync(device: torch.device) -> None:
@@ -102,8 +121,8 @@ def _filled_buffer(members: int, obs_dim: int, act_dim: int, device: torch.devic
     return buf
 
 
-def time_update(spec: VariantSpec, members: int, repeats: int, device: torch.device, env_id: str = "Pendulum-v1") -> float:
-    """Median ms of one full update (batch sampling included) of `members` members."""
+def update_runner(spec: VariantSpec, members: int, device: torch.device, env_id: str = "Pendulum-v1") -> Callable[[], None]:
+    """A call that runs one full update (batch sampling included) of `members` members."""
     info = env_info(env_id)
     learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, list(range(members)), device)
     buf = _filled_buffer(members, info.obs_dim, info.act_dim, device)
@@ -112,7 +131,27 @@ def time_update(spec: VariantSpec, members: int, repeats: int, device: torch.dev
         learner.update(buf.sample(spec.batch_size, learner.generators))
         _sync(device)
 
-    return _median_ms(run, repeats, max(5, repeats // 10))
+    return run
+
+
+def time_update(spec: VariantSpec, members: int, repeats: int, device: torch.device, env_id: str = "Pendulum-v1") -> float:
+    """Median ms of one full update (batch sampling included) of `members` members."""
+    return _median_ms(update_runner(spec, members, device, env_id), repeats, max(5, repeats // 10))
+
+
+def update_and_floor_rounds(spec: VariantSpec, gemms: Sequence[Gemm], repeats: int, rounds: int,
+                            device: torch.device) -> list[tuple[float, float]]:
+    """(update ms, floor ms) per round, the two timed alternately, `repeats` updates in all.
+
+    A shared machine's speed drifts by tens of percent within a minute; timing the update and the
+    floor in alternating rounds gives each round's ratio the same conditions on both sides.
+    """
+    update = update_runner(spec, 1, device)
+    products = [_orientations(*g, device) for g in gemms]
+    per_round = max(1, repeats // rounds)
+    for _ in range(max(5, repeats // 10)):
+        update()
+    return [(_median_ms(update, per_round, 2), time_floor(products, per_round, device)) for _ in range(rounds)]
 
 
 def env_steps_per_second(spec: VariantSpec, steps: int, device: torch.device, env_id: str = "Pendulum-v1") -> float:
@@ -139,12 +178,14 @@ def env_steps_per_second(spec: VariantSpec, steps: int, device: torch.device, en
     return steps / (time.perf_counter() - start)
 
 
-def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str = "Pendulum-v1") -> float | None:
-    """Stable-Baselines3 SAC at the same settings, or None when SB3 is not installed."""
-    try:
-        from stable_baselines3 import SAC
-    except ImportError:
-        return None
+def sb3_installed() -> bool:
+    return importlib.util.find_spec("stable_baselines3") is not None
+
+
+def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str = "Pendulum-v1") -> float:
+    """Stable-Baselines3 SAC at the same settings (needs the `bench` extra: see `sb3_installed`)."""
+    from stable_baselines3 import SAC
+
     import gymnasium as gym
 
     model = SAC(
@@ -158,6 +199,10 @@ def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str
     return steps / (time.perf_counter() - start)
 
 
+ROUNDS = 5
+E2E_ROUNDS = 2
+
+
 def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 3000,
               members: Sequence[int] = (1, 4, 8, 16)) -> list[str]:
     """Measure and return the printed table's lines."""
@@ -168,26 +213,37 @@ def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 300
     lines = [f"sacbench bench: reference on Pendulum-v1 dimensions (obs {info.obs_dim}, act {info.act_dim}), "
              f"hidden {'x'.join(map(str, spec.hidden_sizes))}, batch {spec.batch_size}, device {device}, "
              f"torch {torch.__version__}, {torch.get_num_threads()} thread"]
-    update_ms = time_update(spec, 1, repeats, device)
     gemms = update_gemms(info.obs_dim, info.act_dim, spec.hidden_sizes, spec.batch_size, 1)
-    floor_ms = time_gemms(gemms, repeats, device)
+    rounds = update_and_floor_rounds(spec, gemms, repeats, ROUNDS, device)
+    update_ms = statistics.median(u for u, _ in rounds)
+    floor_ms = statistics.median(f for _, f in rounds)
+    ratios = [u / f for u, f in rounds]
     flops = gemm_flops(gemms)
     lines += [
-        f"full update, S=1:            {update_ms:8.2f} ms",
+        f"full update, S=1:            {update_ms:8.2f} ms  (median of {len(rounds)} rounds)",
         f"its {len(gemms)} GEMMs:               {flops / 1e9:8.3f} GFLOP",
-        f"floor (those GEMMs alone):   {floor_ms:8.2f} ms  ({flops / floor_ms / 1e6:.0f} GFLOP/s)",
-        f"update / floor:              {update_ms / floor_ms:8.2f} x",
+        f"floor (those GEMMs alone):   {floor_ms:8.2f} ms  ({flops / floor_ms / 1e6:.0f} GFLOP/s; "
+        "each product in its fastest orientation)",
+        f"update / floor:              {statistics.median(ratios):8.2f} x  (per round {min(ratios):.2f} to {max(ratios):.2f}, "
+        "update and floor timed alternately)",
         "member scaling (time per member-update):",
     ]
     for s in members:
         ms = time_update(spec, s, max(10, repeats // s), device)
         lines.append(f"  S={s:<3d} {ms / s:8.2f} ms per member  ({ms:8.2f} ms per update of all members)")
-    ours = env_steps_per_second(spec, e2e_steps, device)
     lines.append(f"end to end, Pendulum-v1, {e2e_steps} steps ({spec.learning_starts} warm-up), one update per step:")
-    lines.append(f"  sacbench:            {ours:8.1f} env steps/s")
-    theirs = sb3_steps_per_second(spec, e2e_steps, device_name)
-    if theirs is None:
+    if not sb3_installed():
+        ours = env_steps_per_second(spec, e2e_steps, device)
+        lines.append(f"  sacbench:            {ours:8.1f} env steps/s")
         lines.append('  Stable-Baselines3:   not installed (pip install -e ".[bench]")')
-    else:
-        lines.append(f"  Stable-Baselines3:   {theirs:8.1f} env steps/s  (sacbench / SB3 = {ours / theirs:.2f} x)")
+        return lines
+    # Alternating runs, as above: each round's ratio compares the two under the same conditions.
+    pairs = [(env_steps_per_second(spec, e2e_steps, device), sb3_steps_per_second(spec, e2e_steps, device_name))
+             for _ in range(E2E_ROUNDS)]
+    ratios = [ours / theirs for ours, theirs in pairs]
+    lines.append(f"  sacbench:            {statistics.median(p[0] for p in pairs):8.1f} env steps/s  "
+                 f"(median of {len(pairs)} runs alternating with SB3's)")
+    lines.append(f"  Stable-Baselines3:   {statistics.median(p[1] for p in pairs):8.1f} env steps/s  "
+                 f"(sacbench / SB3 = {statistics.median(ratios):.2f} x; per round "
+                 + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     return lines

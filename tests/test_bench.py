@@ -1,4 +1,7 @@
-from harness.bench import gemm_flops, run_bench, update_gemms
+import pytest
+import torch
+
+from harness.bench import _orientations, gemm_flops, run_bench, update_gemms
 
 
 def test_update_gemm_shapes_and_flops_by_hand():
@@ -21,3 +24,14 @@ def test_bench_prints_every_figure():
     for needle in ("full update, S=1:", "GFLOP", "floor (those GEMMs alone):", "update / floor:", "S=2",
                    "sacbench:", "Stable-Baselines3:"):
         assert needle in text
+
+
+@pytest.mark.parametrize("gemm", [(2, 256, 256, 1), (1, 256, 256, 2), (2, 256, 1, 256), (1, 3, 256, 256)])
+def test_every_way_the_floor_times_computes_the_same_product(gemm):
+    ways = _orientations(*gemm, torch.device("cpu"))
+    b, m, k, n = gemm
+    assert len(ways) == (3 if k == 1 else 2)
+    first = ways[0]().clone()
+    assert first.shape == (b, m, n)
+    for way in ways[1:]:
+        torch.testing.assert_close(way(), first, rtol=1e-5, atol=1e-4)

@@ -17,7 +17,7 @@ import torch
 
 from .buffer import Batch
 from .logprob import gaussian_log_prob, tanh_log_abs_det_jacobian
-from .networks import MemberParams, Params, init_mlp, member_nonfinite, member_sq_norm, mlp_forward
+from .networks import MemberParams, Params, init_mlp, member_nonfinite, member_norm, mlp_forward
 from .spec import VariantSpec
 
 DIAGNOSTICS = (
@@ -50,17 +50,29 @@ class PolicySample:
     u: torch.Tensor
 
 
+def _pre_tanh_sample(
+    actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor, spec: VariantSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """u = mu + sigma * noise (eq. 11) and the clamped log sigma."""
+    mu, log_std = mlp_forward(actor, obs).chunk(2, dim=-1)
+    log_std = log_std.clamp(spec.log_std_min, spec.log_std_max)
+    return mu + log_std.exp() * noise, log_std
+
+
 def policy_sample(
     actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor, spec: VariantSpec, action_scale: torch.Tensor
 ) -> PolicySample:
     """a = tanh(mu + sigma * noise) and its log-density (eq. 26). obs (S, B, O), noise (S, B, A)."""
-    mu, log_std = mlp_forward(actor, obs).chunk(2, dim=-1)
-    log_std = log_std.clamp(spec.log_std_min, spec.log_std_max)
-    u = mu + log_std.exp() * noise
+    u, log_std = _pre_tanh_sample(actor, obs, noise, spec)
     log_prob = gaussian_log_prob(noise, log_std) - tanh_log_abs_det_jacobian(
         u, spec.log_prob, eps=spec.log_prob_eps, scale=action_scale
     )
     return PolicySample(torch.tanh(u), log_prob, u)
+
+
+def policy_action(actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor, spec: VariantSpec) -> torch.Tensor:
+    """`policy_sample`'s action alone, for acting: no log-density. (S, B, A)."""
+    return torch.tanh(_pre_tanh_sample(actor, obs, noise, spec)[0])
 
 
 def policy_mean_action(actor: Sequence[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
@@ -74,7 +86,7 @@ def twin_q(critic: Sequence[torch.Tensor], obs: torch.Tensor, action: torch.Tens
     x = torch.cat([obs, action], dim=-1)
     s, b, d = x.shape
     x = x.unsqueeze(1).expand(s, 2, b, d).reshape(2 * s, b, d)
-    return mlp_forward(critic, x).view(s, 2, b)
+    return mlp_forward(critic, x).reshape(s, 2, b)
 
 
 # --- losses -------------------------------------------------------------------------------------
@@ -299,7 +311,7 @@ class SACLearner:
         if deterministic:
             return policy_mean_action(self.actor, x).cpu().numpy()
         noise = self._noise((x.shape[1], self.act_dim))
-        return policy_sample(self.actor, x, noise, self.spec, self.action_scale).action.cpu().numpy()
+        return policy_action(self.actor, x, noise, self.spec).cpu().numpy()
 
     # --- learning -------------------------------------------------------------------------------
     def update(self, batch: Batch) -> None:
@@ -340,8 +352,8 @@ class SACLearner:
                 losses.q_pred.detach().mean(dim=(1, 2)),
                 losses.q_target.mean(dim=1),
                 td.mean(dim=(1, 2)),
-                member_sq_norm(self.actor_params.grads(), s).sqrt(),
-                member_sq_norm(self.critic_params.grads(), s).sqrt(),
+                member_norm(self.actor_params.grads(), s),
+                member_norm(self.critic_params.grads(), s),
                 (torch.tanh(u).abs() > 0.999).float().mean(dim=(1, 2)),
                 (naive - softplus).mean(dim=1),
                 (~torch.isfinite(loss_stack)).sum(dim=1).float(),

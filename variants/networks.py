@@ -120,30 +120,85 @@ def init_mlp(
     return MemberParams(stacked, len(generators))
 
 
+# CPU GEMM kernels (oneDNN/MKL, torch 2.13 on an AVX-512 host) are slow when the output's rows are not a
+# whole number of 16-float vectors: a (256 x 256) @ (256 x 2) product takes 0.07 ms, its transpose
+# (2 x 256) @ (256 x 256) 0.014 ms, and with two or more stacked matrices a (256 x 256) @ (256 x 1)
+# product falls to about 2 GFLOP/s. Those are the layers with one or two outputs (Q-values, the policy's
+# mean and log-std) and their gradients; computing the transpose there is the same sum of products.
+_VECTOR_FLOATS = 16
+
+
+def _ragged(width: int) -> bool:
+    return width % _VECTOR_FLOATS != 0
+
+
+def stacked_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for stacked matrices, (M, m, k) @ (M, k, n) -> (M, m, n), in the faster orientation.
+
+    An outer product (k = 1) is a broadcast multiply; a product whose output width n is ragged and whose
+    height m is not is computed as (b^T a^T)^T (the result is then a transposed view).
+    """
+    if b.shape[-2] == 1:
+        return a * b
+    if _ragged(b.shape[-1]) and not _ragged(a.shape[-2]):
+        return torch.bmm(b.mT, a.mT).mT
+    return torch.bmm(a, b)
+
+
+class _StackedLinear(torch.autograd.Function):
+    """y = x @ W + bias for stacked layers, x (M, B, in), W (M, in, out), bias (M, 1, out).
+
+    The same products as `torch.baddbmm(bias, x, W)` and its autograd backward, each in the orientation
+    `stacked_matmul` picks; wide layers run exactly that baddbmm.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        if _ragged(weight.shape[-1]) and not _ragged(x.shape[-2]):
+            return torch.baddbmm(bias.mT, weight.mT, x.mT).mT
+        return torch.baddbmm(bias, x, weight)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        grad_x = stacked_matmul(grad, weight.mT) if need_x else None
+        grad_w = stacked_matmul(x.mT, grad) if need_w else None
+        grad_b = grad.sum(dim=1, keepdim=True) if need_b else None
+        return grad_x, grad_w, grad_b
+
+
 def mlp_forward(params: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """ReLU MLP forward. x: (M, B, in) -> (M, B, out)."""
     last = len(params) // 2 - 1
     for layer in range(last + 1):
-        x = torch.baddbmm(params[2 * layer + 1], x, params[2 * layer])
+        weight, bias = params[2 * layer], params[2 * layer + 1]
+        # A Python autograd Function costs tens of microseconds per call, more than it saves on a
+        # wide layer, so only layers with a ragged product (outputs, or inputs needing a gradient) use it.
+        if _ragged(weight.shape[-1]) or (x.requires_grad and _ragged(weight.shape[-2])):
+            x = _StackedLinear.apply(x, weight, bias)
+        else:
+            x = torch.baddbmm(bias, x, weight)
         if layer < last:
             x = torch.relu(x)
     return x
 
 
-def member_sq_norm(tensors: Sequence[torch.Tensor], members: int) -> torch.Tensor:
-    """Per-member sum of squares over stacked tensors whose leading axis is a multiple of `members`.
+def _member_rows(tensors: Sequence[torch.Tensor], members: int) -> torch.Tensor:
+    # One (members, total) matrix, so that a per-member reduction is one kernel, not one per tensor.
+    return torch.cat([t.reshape(members, -1) for t in tensors], dim=1)
+
+
+def member_norm(tensors: Sequence[torch.Tensor], members: int) -> torch.Tensor:
+    """Per-member Euclidean norm over stacked tensors whose leading axis is a multiple of `members`.
 
     Shapes: each tensor (members * k, ...); returns (members,).
     """
-    total = torch.zeros(members, device=tensors[0].device)
-    for t in tensors:
-        total = total + t.reshape(members, -1).pow(2).sum(dim=1)
-    return total
+    return torch.linalg.vector_norm(_member_rows(tensors, members), dim=1)
 
 
 def member_nonfinite(tensors: Sequence[torch.Tensor], members: int) -> torch.Tensor:
     """Per-member count of non-finite entries; returns (members,) float."""
-    total = torch.zeros(members, device=tensors[0].device)
-    for t in tensors:
-        total = total + (~torch.isfinite(t.reshape(members, -1))).sum(dim=1)
-    return total
+    return (~torch.isfinite(_member_rows(tensors, members))).sum(dim=1).float()
