@@ -4,6 +4,7 @@ Printed in one run, on one torch thread:
 - the time of one full update (S = 1) of the reference variant on Pendulum-v1's dimensions;
 - its GEMM FLOP count, and the floor: the same GEMMs (shapes derived from the networks) timed alone,
   each in its fastest orientation, in rounds alternating with the update's;
+- the same update with 16x16 networks: the per-update cost that does not scale with width;
 - member scaling: time per member-update for S = 1, 4, 8, 16;
 - end to end: environment steps per second on Pendulum-v1 with one update per step (the training loop
   of `harness.train` without evaluations), and Stable-Baselines3's SAC at identical settings when it is
@@ -12,6 +13,7 @@ Printed in one run, on one torch thread:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import statistics
 import time
@@ -226,6 +228,12 @@ def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 300
         "each product in its fastest orientation)",
         f"update / floor:              {statistics.median(ratios):8.2f} x  (per round {min(ratios):.2f} to {max(ratios):.2f}, "
         "update and floor timed alternately)",
+    ]
+    # The same update on tiny networks: what an update costs whatever the width (Python, dispatch,
+    # autograd, optimizer and elementwise-op overheads), the part a faster GEMM cannot remove.
+    tiny = dataclasses.replace(spec, hidden_sizes=(16, 16))
+    lines += [
+        f"same update, 16x16 networks: {time_update(tiny, 1, repeats, device):8.2f} ms  (the cost that does not scale with width)",
         "member scaling (time per member-update):",
     ]
     for s in members:

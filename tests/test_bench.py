@@ -21,7 +21,7 @@ def test_reference_update_is_about_half_a_gflop_on_pendulum():
 def test_bench_prints_every_figure():
     lines = run_bench("cpu", repeats=2, e2e_steps=1010, members=(1, 2))
     text = "\n".join(lines)
-    for needle in ("full update, S=1:", "GFLOP", "floor (those GEMMs alone):", "update / floor:", "S=2",
+    for needle in ("full update, S=1:", "GFLOP", "floor (those GEMMs alone):", "update / floor:", "16x16 networks:", "S=2",
                    "sacbench:", "Stable-Baselines3:"):
         assert needle in text
 
