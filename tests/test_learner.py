@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from variants.buffer import Batch, ReplayBuffer
-from variants.learner import critic_loss, policy_sample, twin_q
+from variants.learner import critic_loss, policy_action, policy_sample, twin_q
 from helpers import ACT, OBS, SCALE, all_params, clone_generator, filled_buffer, make_learner, tiny_spec
 
 
@@ -96,6 +96,17 @@ def test_single_member_update_equals_plain_sac():
         for p, e in zip(plain.parameters(), expected.parameters()):
             torch.testing.assert_close(p, e, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(learner.log_alpha[0], log_alpha.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_acting_draws_exactly_the_action_the_losses_sample():
+    spec = tiny_spec()
+    learner = make_learner(spec, (0, 1))
+    gen = torch.Generator().manual_seed(7)
+    obs, noise = torch.randn(2, 5, OBS, generator=gen) * 3, torch.randn(2, 5, ACT, generator=gen)
+    with torch.no_grad():
+        acted = policy_action(learner.actor, obs, noise, spec)
+        sampled = policy_sample(learner.actor, obs, noise, spec, learner.action_scale).action
+    assert acted.shape == (2, 5, ACT) and torch.equal(acted, sampled)
 
 
 def test_members_are_independent_bit_for_bit():
