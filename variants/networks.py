@@ -120,10 +120,10 @@ def init_mlp(
     return MemberParams(stacked, len(generators))
 
 
-# CPU GEMM kernels (oneDNN/MKL, torch 2.13 on an AVX-512 host) are slow when the output's rows are not a
-# whole number of 16-float vectors: a (256 x 256) @ (256 x 2) product takes 0.07 ms, its transpose
-# (2 x 256) @ (256 x 256) 0.014 ms, and with two or more stacked matrices a (256 x 256) @ (256 x 1)
-# product falls to about 2 GFLOP/s. Those are the layers with one or two outputs (Q-values, the policy's
+# CPU GEMM kernels (torch 2.13 on an AVX-512 host) are slow when the output has a number of columns that
+# is not a multiple of 16 floats (one vector register): a (256 x 256) @ (256 x 2) product takes 0.07 ms,
+# its transpose (2 x 256) @ (256 x 256) 0.014 ms, and with two or more stacked matrices a
+# (256 x 256) @ (256 x 1) product falls to about 2 GFLOP/s (medians of 300 timed calls). Those are the layers with one or two outputs (Q-values, the policy's
 # mean and log-std) and their gradients; computing the transpose there is the same sum of products.
 _VECTOR_FLOATS = 16
 
