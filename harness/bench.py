@@ -110,11 +110,6 @@ def time_floor(ways: Sequence[Callable[[], torch.Tensor]], repeats: int, device:
     return _median_ms(run, repeats, max(3, repeats // 10))
 
 
-def time_gemms(gemms: Sequence[Gemm], repeats: int, device: torch.device) -> float:
-    """The floor of `gemms` (ms): see `time_floor`."""
-    return time_floor(fastest_ways(gemms, device), repeats, device)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -132,6 +132,11 @@ def _ragged(width: int) -> bool:
     return width % _VECTOR_FLOATS != 0
 
 
+def _transpose_is_faster(rows: int, cols: int) -> bool:
+    """Whether a (rows x cols) product output is faster computed as its transpose."""
+    return _ragged(cols) and not _ragged(rows)
+
+
 def stacked_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b for stacked matrices, (M, m, k) @ (M, k, n) -> (M, m, n), in the faster orientation.
 
@@ -140,7 +145,7 @@ def stacked_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     if b.shape[-2] == 1:
         return a * b
-    if _ragged(b.shape[-1]) and not _ragged(a.shape[-2]):
+    if _transpose_is_faster(a.shape[-2], b.shape[-1]):
         return torch.bmm(b.mT, a.mT).mT
     return torch.bmm(a, b)
 
@@ -155,7 +160,7 @@ class _StackedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
-        if _ragged(weight.shape[-1]) and not _ragged(x.shape[-2]):
+        if _transpose_is_faster(x.shape[-2], weight.shape[-1]):
             return torch.baddbmm(bias.mT, weight.mT, x.mT).mT
         return torch.baddbmm(bias, x, weight)
 
