@@ -38,7 +38,7 @@ def plain_sample(actor, obs, noise, spec):
     return torch.tanh(u), log_prob
 
 
-def plain_sac_update(nets, opts, log_alpha, alpha, batch, noise_next, noise, spec):
+def plain_sac_update(nets, opts, log_alpha, alpha, batch, noise_next, noise, spec, joint=False):
     actor, q1, q2, q1t, q2t = nets
     s, a, r, s2, d = (x[0] for x in (batch.obs, batch.action, batch.reward, batch.next_obs, batch.terminated))
     with torch.no_grad():
@@ -49,7 +49,8 @@ def plain_sac_update(nets, opts, log_alpha, alpha, batch, noise_next, noise, spe
     lc = F.mse_loss(q1(x).squeeze(-1), target) + F.mse_loss(q2(x).squeeze(-1), target)
     opts[1].zero_grad()
     lc.backward()
-    opts[1].step()
+    if not joint:  # sequential: the policy loss sees the stepped critics
+        opts[1].step()
     for p in [*q1.parameters(), *q2.parameters()]:
         p.requires_grad_(False)
     api, logp = plain_sample(actor, s, noise, spec)
@@ -57,6 +58,8 @@ def plain_sac_update(nets, opts, log_alpha, alpha, batch, noise_next, noise, spe
     la = (alpha * logp - torch.min(q1(xp), q2(xp)).squeeze(-1)).mean()
     opts[0].zero_grad()
     la.backward()
+    if joint:  # every loss was taken at the pre-update parameters
+        opts[1].step()
     opts[0].step()
     for p in [*q1.parameters(), *q2.parameters()]:
         p.requires_grad_(True)
@@ -71,8 +74,10 @@ def plain_sac_update(nets, opts, log_alpha, alpha, batch, noise_next, noise, spe
     return log_alpha.detach().exp()
 
 
-def test_single_member_update_equals_plain_sac():
-    spec = tiny_spec()
+# policy-first is tested equal to joint below, and critic-first raises, so these two cover every order.
+@pytest.mark.parametrize("order", ["sequential", "joint"])
+def test_single_member_update_equals_plain_sac(order):
+    spec = tiny_spec(update_order=order)
     learner = make_learner(spec)
     buf = filled_buffer(1)
     actor = linear_stack(learner.actor, 0)
@@ -89,7 +94,8 @@ def test_single_member_update_equals_plain_sac():
         torch.randint(0, buf.size, (spec.batch_size,), generator=gen)  # the learner's index draw
         noise_next, noise = torch.randn(spec.batch_size, ACT, generator=gen), torch.randn(spec.batch_size, ACT, generator=gen)
         learner.update(buf.sample(spec.batch_size, learner.generators))
-        alpha = plain_sac_update((actor, q1, q2, q1t, q2t), opts, log_alpha, alpha, batch, noise_next, noise, spec)
+        alpha = plain_sac_update((actor, q1, q2, q1t, q2t), opts, log_alpha, alpha, batch, noise_next, noise, spec,
+                                 joint=order == "joint")
     for plain, stacked, member in [(actor, learner.actor, 0), (q1, learner.critic, 0), (q2, learner.critic, 1),
                                    (q1t, learner.critic_target, 0), (q2t, learner.critic_target, 1)]:
         expected = linear_stack(stacked, member)
