@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from variants.networks import _StackedLinear, member_norm, mlp_forward, stacked_matmul
+from variants.networks import _StackedMLP, member_norm, mlp_forward, stacked_matmul
 
 
 @pytest.mark.parametrize("m, k, n", [(256, 256, 1), (256, 256, 2), (256, 4, 256), (256, 256, 8), (256, 1, 256),
@@ -16,14 +16,30 @@ def test_stacked_matmul_is_the_product_in_every_orientation(m, k, n):
 
 
 # Small widths (gradcheck builds full Jacobians) that take each branch: ragged outputs, a ragged input
-# needing a gradient, all widths whole vectors, and a ragged batch.
-@pytest.mark.parametrize("batch, fan_in, fan_out", [(32, 32, 1), (32, 32, 2), (32, 4, 32), (16, 16, 16), (1, 32, 8)])
-def test_stacked_linear_gradients_match_finite_differences(batch, fan_in, fan_out):
-    gen = torch.Generator().manual_seed(batch + fan_in + fan_out)
-    x = torch.randn(2, batch, fan_in, generator=gen, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(2, fan_in, fan_out, generator=gen, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(2, 1, fan_out, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(_StackedLinear.apply, (x, w, b))
+# needing a gradient, all widths whole vectors, a ragged hidden layer, and a ragged batch.
+@pytest.mark.parametrize("batch, sizes", [(32, [5, 32, 32, 1]), (32, [4, 32, 2]), (16, [16, 16, 16]),
+                                          (32, [3, 20, 32, 2]), (1, [32, 32, 8])])
+def test_stacked_mlp_gradients_match_finite_differences(batch, sizes):
+    gen = torch.Generator().manual_seed(batch + sum(sizes))
+    x = torch.randn(2, batch, sizes[0], generator=gen, dtype=torch.float64, requires_grad=True)
+    params = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        params += [torch.randn(2, fan_in, fan_out, generator=gen, dtype=torch.float64, requires_grad=True),
+                   torch.randn(2, 1, fan_out, generator=gen, dtype=torch.float64, requires_grad=True)]
+    assert torch.autograd.gradcheck(_StackedMLP.apply, (x, *params))
+
+
+def test_mlp_input_gradient_through_frozen_weights():
+    # As the actor loss through a frozen critic: a gradient for the input only.
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 8, 4, generator=gen, requires_grad=True)
+    params = [torch.randn(2, 4, 16, generator=gen), torch.randn(2, 1, 16, generator=gen),
+              torch.randn(2, 16, 1, generator=gen), torch.randn(2, 1, 1, generator=gen)]
+    out = mlp_forward(params, x)
+    (grad_x,) = torch.autograd.grad(out.sum(), [x])
+    h = torch.relu(torch.baddbmm(params[1], x, params[0]))
+    expected = torch.autograd.grad(torch.baddbmm(params[3], h, params[2]).sum(), [x])[0]
+    torch.testing.assert_close(grad_x, expected)
 
 
 def test_mlp_forward_and_gradients_equal_baddbmm_autograd():

@@ -159,9 +159,15 @@ def update_sequential(learner: "SACLearner", batch: Batch, noise_next: torch.Ten
     lc, q_pred, target = critic_loss(learner, batch, noise_next)
     _step(learner.critic_opt, lc)
     la, pi = actor_loss(learner, batch, noise, _frozen(learner.critic))
-    _step(learner.actor_opt, la)
     lt = alpha_loss(learner, pi.log_prob)
-    _step(learner.alpha_opt, lt)
+    # The alpha loss takes log pi detached and the actor step does not touch log alpha, so one
+    # backward of the sum gives each the gradient it gets when the actor steps first (one graph
+    # traversal instead of two).
+    for opt in (learner.actor_opt, learner.alpha_opt):
+        opt.zero_grad(set_to_none=True)
+    (la.sum() + lt.sum()).backward()
+    learner.actor_opt.step()
+    learner.alpha_opt.step()
     return Losses(lc, la, lt, q_pred, target, pi)
 
 

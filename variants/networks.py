@@ -150,44 +150,70 @@ def stacked_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.bmm(a, b)
 
 
-class _StackedLinear(torch.autograd.Function):
-    """y = x @ W + bias for stacked layers, x (M, B, in), W (M, in, out), bias (M, 1, out).
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """x @ W + bias for stacked layers, x (M, B, in), W (M, in, out), bias (M, 1, out), in the faster
+    orientation (the result is then a transposed view)."""
+    if _transpose_is_faster(x.shape[-2], weight.shape[-1]):
+        return torch.baddbmm(bias.mT, weight.mT, x.mT).mT
+    return torch.baddbmm(bias, x, weight)
 
-    The same products as `torch.baddbmm(bias, x, W)` and its autograd backward, each in the orientation
-    `stacked_matmul` picks; wide layers run exactly that baddbmm.
+
+def _relu_backward_(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    # What autograd runs for relu (threshold_backward on the relu's output), written into `grad`.
+    return torch.ops.aten.threshold_backward.grad_input(grad, output, 0, grad_input=grad)
+
+
+class _StackedMLP(torch.autograd.Function):
+    """A whole ReLU MLP as one autograd node: forward(x, W0, b0, W1, b1, ...) -> (M, B, out).
+
+    The products and elementwise ops are those of `baddbmm` and `relu` under autograd, with each
+    product in the orientation `stacked_matmul` picks; the ReLUs run in place (forward and backward).
+    One node instead of two per layer saves the autograd engine's per-node work, and only the gradients
+    asked for are computed (a frozen critic gets none for its weights).
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        if _transpose_is_faster(x.shape[-2], weight.shape[-1]):
-            return torch.baddbmm(bias.mT, weight.mT, x.mT).mT
-        return torch.baddbmm(bias, x, weight)
+    def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        last = len(params) // 2 - 1
+        inputs = []  # each layer's input: x, then the ReLU outputs
+        for layer in range(last + 1):
+            inputs.append(x)
+            x = _linear(x, params[2 * layer], params[2 * layer + 1])
+            if layer < last:
+                x = x.relu_()
+        ctx.save_for_backward(*inputs, *params[0::2])
+        return x
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        x, weight = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad
-        grad_x = stacked_matmul(grad, weight.mT) if need_x else None
-        grad_w = stacked_matmul(x.mT, grad) if need_w else None
-        grad_b = grad.sum(dim=1, keepdim=True) if need_b else None
-        return grad_x, grad_w, grad_b
+        saved = ctx.saved_tensors
+        layers = len(saved) // 2
+        inputs, weights = saved[:layers], saved[layers:]
+        need = ctx.needs_input_grad  # (x, W0, b0, W1, b1, ...)
+        grad_params: list[torch.Tensor | None] = [None] * (2 * layers)
+        grad_x = None
+        for layer in reversed(range(layers)):
+            if need[1 + 2 * layer]:
+                grad_params[2 * layer] = stacked_matmul(inputs[layer].mT, grad)
+            if need[2 + 2 * layer]:
+                grad_params[2 * layer + 1] = grad.sum(dim=1, keepdim=True)
+            if layer > 0:
+                grad = _relu_backward_(stacked_matmul(grad, weights[layer].mT), inputs[layer])
+            elif need[0]:
+                grad_x = stacked_matmul(grad, weights[0].mT)
+        return (grad_x, *grad_params)
 
 
 def mlp_forward(params: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """ReLU MLP forward. x: (M, B, in) -> (M, B, out)."""
+    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        return _StackedMLP.apply(x, *params)
     last = len(params) // 2 - 1
     for layer in range(last + 1):
-        weight, bias = params[2 * layer], params[2 * layer + 1]
-        # A Python autograd Function costs tens of microseconds per call, more than it saves on a
-        # wide layer, so only layers with a ragged product (outputs, or inputs needing a gradient) use it.
-        if _ragged(weight.shape[-1]) or (x.requires_grad and _ragged(weight.shape[-2])):
-            x = _StackedLinear.apply(x, weight, bias)
-        else:
-            x = torch.baddbmm(bias, x, weight)
+        x = _linear(x, params[2 * layer], params[2 * layer + 1])
         if layer < last:
-            x = torch.relu(x)
+            x = x.relu_()
     return x
 
 
