@@ -163,6 +163,18 @@ def _relu_backward_(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.threshold_backward.grad_input(grad, output, 0, grad_input=grad)
 
 
+def _layers(params: Sequence[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The MLP's output and each layer's input (x, then the ReLU outputs, computed in place)."""
+    last = len(params) // 2 - 1
+    inputs = []
+    for layer in range(last + 1):
+        inputs.append(x)
+        x = _linear(x, params[2 * layer], params[2 * layer + 1])
+        if layer < last:
+            x = x.relu_()
+    return x, inputs
+
+
 class _StackedMLP(torch.autograd.Function):
     """A whole ReLU MLP as one autograd node: forward(x, W0, b0, W1, b1, ...) -> (M, B, out).
 
@@ -174,15 +186,9 @@ class _StackedMLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        last = len(params) // 2 - 1
-        inputs = []  # each layer's input: x, then the ReLU outputs
-        for layer in range(last + 1):
-            inputs.append(x)
-            x = _linear(x, params[2 * layer], params[2 * layer + 1])
-            if layer < last:
-                x = x.relu_()
+        out, inputs = _layers(params, x)
         ctx.save_for_backward(*inputs, *params[0::2])
-        return x
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -209,12 +215,7 @@ def mlp_forward(params: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor
     """ReLU MLP forward. x: (M, B, in) -> (M, B, out)."""
     if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
         return _StackedMLP.apply(x, *params)
-    last = len(params) // 2 - 1
-    for layer in range(last + 1):
-        x = _linear(x, params[2 * layer], params[2 * layer + 1])
-        if layer < last:
-            x = x.relu_()
-    return x
+    return _layers(params, x)[0]
 
 
 def _member_rows(tensors: Sequence[torch.Tensor], members: int) -> torch.Tensor:
