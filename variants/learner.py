@@ -148,26 +148,28 @@ def _frozen(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 # --- update orders ------------------------------------------------------------------------------
 
 
-def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    loss.sum().backward()
-    optimizer.step()
+def _step(optimizers: Sequence[torch.optim.Optimizer], *losses: torch.Tensor) -> None:
+    """Zero the optimizers' gradients, backward the sum of the per-member losses, step each optimizer."""
+    for opt in optimizers:
+        opt.zero_grad(set_to_none=True)
+    total = losses[0].sum()
+    for loss in losses[1:]:
+        total = total + loss.sum()
+    total.backward()
+    for opt in optimizers:
+        opt.step()
 
 
 def update_sequential(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
     """Critic step; then the actor loss on the updated critic, critic frozen; then alpha."""
     lc, q_pred, target = critic_loss(learner, batch, noise_next)
-    _step(learner.critic_opt, lc)
+    _step([learner.critic_opt], lc)
     la, pi = actor_loss(learner, batch, noise, _frozen(learner.critic))
     lt = alpha_loss(learner, pi.log_prob)
     # The alpha loss takes log pi detached and the actor step does not touch log alpha, so one
     # backward of the sum gives each the gradient it gets when the actor steps first (one graph
     # traversal instead of two).
-    for opt in (learner.actor_opt, learner.alpha_opt):
-        opt.zero_grad(set_to_none=True)
-    (la.sum() + lt.sum()).backward()
-    learner.actor_opt.step()
-    learner.alpha_opt.step()
+    _step([learner.actor_opt, learner.alpha_opt], la, lt)
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
@@ -176,13 +178,9 @@ def update_joint(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, 
     lc, q_pred, target = critic_loss(learner, batch, noise_next)
     la, pi = actor_loss(learner, batch, noise, _frozen(learner.critic))
     lt = alpha_loss(learner, pi.log_prob)
-    for opt in learner.optimizers:
-        opt.zero_grad(set_to_none=True)
     # The three losses share no differentiable path (critic frozen in the actor loss, log_pi detached
     # in the alpha loss), so one backward gives each parameter exactly its own loss's gradient.
-    (lc.sum() + la.sum() + lt.sum()).backward()
-    for opt in learner.optimizers:
-        opt.step()
+    _step(learner.optimizers, lc, la, lt)
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
@@ -197,9 +195,9 @@ def _losses_first(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor,
 def update_policy_first(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
     """Losses first; then backward and step policy, critics, alpha in turn (the blog's prescription)."""
     lc, la, lt, q_pred, target, pi = _losses_first(learner, batch, noise_next, noise)
-    _step(learner.actor_opt, la)
-    _step(learner.critic_opt, lc)  # zero_grad drops what the policy loss left on the critics
-    _step(learner.alpha_opt, lt)
+    _step([learner.actor_opt], la)
+    _step([learner.critic_opt], lc)  # zero_grad drops what the policy loss left on the critics
+    _step([learner.alpha_opt], lt)
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
@@ -207,9 +205,9 @@ def update_critic_first(learner: "SACLearner", batch: Batch, noise_next: torch.T
     """Losses first; then critics, policy, alpha. The critic step modifies in place weights that the
     policy loss's graph saved, so PyTorch >= 1.5 raises at the policy's backward."""
     lc, la, lt, q_pred, target, pi = _losses_first(learner, batch, noise_next, noise)
-    _step(learner.critic_opt, lc)
-    _step(learner.actor_opt, la)
-    _step(learner.alpha_opt, lt)
+    _step([learner.critic_opt], lc)
+    _step([learner.actor_opt], la)
+    _step([learner.alpha_opt], lt)
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
