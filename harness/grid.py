@@ -93,9 +93,9 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
                 chunk = tuple(todo[i : i + request.members])
                 jobs.append(Job(name, entry.description, entry.spec, request.overrides, env_id, chunk,
                                 request.budgets[env_id], str(request.out), request.device, request.command))
-    # Seed-major order: every (variant, env) cell gets its first seeds before any gets its last, so a
-    # partial grid (stopped, or still running) is balanced across cells.
-    jobs.sort(key=lambda job: job.seeds[0])
+    # The cheapest environment first, and seed-major within it: every variant gets seed k before any
+    # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
+    jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
     return jobs, skipped
 
 

@@ -69,8 +69,17 @@ class Job:
 
 
 def identity(config: dict) -> dict:
-    """The part of a config that decides what a run computes (so a rerun may reuse it)."""
-    return {k: config.get(k) for k in ("variant", "spec", "env", "seed", "budget")}
+    """The part of a config that decides what a run computes (so a rerun may reuse it).
+
+    The spec is read back through `VariantSpec`, so a field added to the spec after a run was recorded
+    takes its default there: a field whose default keeps the old arithmetic does not orphan old runs.
+    """
+    out = {k: config.get(k) for k in ("variant", "spec", "env", "seed", "budget")}
+    try:
+        out["spec"] = VariantSpec.from_dict(out["spec"]).to_dict()
+    except (TypeError, ValueError):
+        pass  # unreadable or from a newer version: compared as recorded
+    return out
 
 
 @dataclass
