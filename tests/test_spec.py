@@ -62,3 +62,26 @@ def test_source_presets_are_faithful():
     assert (blog.log_prob, blog.update_order, blog.init, blog.hidden_sizes) == ("naive-scaled", "policy-first", "xavier", (256, 256, 256))
     assert (blog.lr_actor, blog.batch_size, blog.initial_alpha, blog.resolved_initial_log_alpha()) == (3e-4, 128, 0.036, 0.0)
     assert blog.action_rescale == "unscaled-stochastic"
+
+
+def test_salt_zero_keeps_the_seed_and_other_salts_draw_new_streams():
+    from variants import REFERENCE
+
+    assert REFERENCE.training_seed(7) == 7
+    salted = [dataclasses.replace(REFERENCE, salt=k).training_seed(7) for k in (1, 2)]
+    assert salted[0] != salted[1] and 7 not in salted
+    assert salted[0] == dataclasses.replace(REFERENCE, salt=1).training_seed(7)  # a pure function
+    with pytest.raises(ValueError, match="salt"):
+        dataclasses.replace(REFERENCE, salt=-1)
+
+
+def test_salted_learners_start_from_other_weights_and_repeat_themselves():
+    import torch
+
+    from helpers import all_params, make_learner, tiny_spec
+
+    base = all_params(make_learner(tiny_spec(), seeds=(3,)))
+    one = all_params(make_learner(tiny_spec(salt=1), seeds=(3,)))
+    again = all_params(make_learner(tiny_spec(salt=1), seeds=(3,)))
+    assert not torch.equal(base[0], one[0])
+    assert all(torch.equal(a, b) for a, b in zip(one, again))

@@ -242,7 +242,7 @@ class SACLearner:
         obs_dim, act_dim: environment dimensions.
         action_scale: (A,) half-width of the environment's action bounds (used by "naive-scaled").
         seeds: one seed per member; member m's initial weights and all its random draws come from
-            its own generator seeded with seeds[m].
+            its own generators seeded from seeds[m] (salted by `spec.salt`, see `VariantSpec.training_seed`).
         device: torch device.
     """
 
@@ -258,7 +258,8 @@ class SACLearner:
         self.spec, self.device = spec, torch.device(device)
         self.members, self.obs_dim, self.act_dim = len(seeds), obs_dim, act_dim
         self.action_scale = torch.as_tensor(np.asarray(action_scale, dtype=np.float32), device=self.device)
-        init_gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        seeds = [spec.training_seed(s) for s in seeds]
+        init_gens = [torch.Generator().manual_seed(s) for s in seeds]
         hidden = list(spec.hidden_sizes)
         self.actor_params = init_mlp([obs_dim, *hidden, 2 * act_dim], init_gens, spec.init, 1, self.device)
         self.critic_params = init_mlp([obs_dim + act_dim, *hidden, 1], init_gens, spec.init, 2, self.device)

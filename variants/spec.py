@@ -13,6 +13,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+import numpy as np
+
 LogProbForm = Literal["softplus", "naive", "naive-scaled"]
 UpdateOrder = Literal["sequential", "joint", "policy-first", "critic-first"]
 AlphaLossForm = Literal["log_alpha", "alpha"]
@@ -99,6 +101,15 @@ class VariantSpec:
     )
     log_prob_eps: float = _doc("eps of the naive log-prob forms", default=1e-6)
 
+    # --- experiment design -------------------------------------------------------------------
+    salt: int = _doc(
+        "salt of the training randomness (initial weights, warm-up actions, replay sampling, policy "
+        "noise); 0 keeps the seed's own streams. Environment and evaluation reset seeds ignore it, so "
+        "two salts of one seed are independent trainings on common environments: a null comparison "
+        "with the pairing structure of a real one",
+        default=0,
+    )
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             choices = literal_choices(f.name)
@@ -119,6 +130,8 @@ class VariantSpec:
             raise ValueError("initial_alpha must be positive")
         if self.learning_starts < 0:
             raise ValueError("learning_starts must be >= 0")
+        if self.salt < 0:
+            raise ValueError("salt must be >= 0")
 
     # --- helpers -----------------------------------------------------------------------------
     def resolved_target_entropy(self, action_dim: int) -> float:
@@ -128,6 +141,12 @@ class VariantSpec:
         if self.initial_log_alpha is None:
             return math.log(self.initial_alpha)
         return float(self.initial_log_alpha)
+
+    def training_seed(self, seed: int) -> int:
+        """The seed of a run's training streams: `seed` itself at salt 0, else a hash of (seed, salt)."""
+        if self.salt == 0:
+            return int(seed)
+        return int(np.random.SeedSequence([int(seed), self.salt]).generate_state(1, np.uint64)[0] >> 1)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
