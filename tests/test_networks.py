@@ -26,7 +26,7 @@ def test_stacked_mlp_gradients_match_finite_differences(batch, sizes):
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         params += [torch.randn(2, fan_in, fan_out, generator=gen, dtype=torch.float64, requires_grad=True),
                    torch.randn(2, 1, fan_out, generator=gen, dtype=torch.float64, requires_grad=True)]
-    assert torch.autograd.gradcheck(_StackedMLP.apply, (x, *params))
+    assert torch.autograd.gradcheck(_StackedMLP.apply, (None, x, *params))
 
 
 def test_mlp_input_gradient_through_frozen_weights():

@@ -63,6 +63,11 @@ CATALOG: dict[str, CatalogEntry] = {
         initial_log_alpha=0.0,
         action_rescale="unscaled-stochastic",
     ),
+    "bf16": _variant(
+        "hidden-to-hidden products in bfloat16 (forward and both backward products); float32 master "
+        "weights, Adam state, input and output layers, losses, targets and log-probs",
+        precision="bf16",
+    ),
 }
 
 

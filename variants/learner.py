@@ -54,7 +54,7 @@ def _pre_tanh_sample(
     actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor, spec: VariantSpec
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """u = mu + sigma * noise (eq. 11) and the clamped log sigma."""
-    mu, log_std = mlp_forward(actor, obs).chunk(2, dim=-1)
+    mu, log_std = mlp_forward(actor, obs, spec.precision).chunk(2, dim=-1)
     log_std = log_std.clamp(spec.log_std_min, spec.log_std_max)
     return mu + log_std.exp() * noise, log_std
 
@@ -75,18 +75,19 @@ def policy_action(actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch
     return torch.tanh(_pre_tanh_sample(actor, obs, noise, spec)[0])
 
 
-def policy_mean_action(actor: Sequence[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+def policy_mean_action(actor: Sequence[torch.Tensor], obs: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
     """The deterministic action tanh(mu). obs (S, B, O) -> (S, B, A)."""
-    mu, _ = mlp_forward(actor, obs).chunk(2, dim=-1)
+    mu, _ = mlp_forward(actor, obs, precision).chunk(2, dim=-1)
     return torch.tanh(mu)
 
 
-def twin_q(critic: Sequence[torch.Tensor], obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    """Both critics' values. The twins are stacked as members 2m and 2m+1. (S, B, .) -> (S, 2, B)."""
+def twin_q(critic: Sequence[torch.Tensor], obs: torch.Tensor, action: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    """Both critics' values. The twins are stacked as members 2m and 2m+1. (S, B, .) -> (S, 2, B).
+    `precision`: the hidden products' (`networks.PRECISIONS`)."""
     x = torch.cat([obs, action], dim=-1)
     s, b, d = x.shape
     x = x.unsqueeze(1).expand(s, 2, b, d).reshape(2 * s, b, d)
-    return mlp_forward(critic, x).reshape(s, 2, b)
+    return mlp_forward(critic, x, precision).reshape(s, 2, b)
 
 
 # --- losses -------------------------------------------------------------------------------------
@@ -111,11 +112,11 @@ def critic_loss(
     spec = learner.spec
     with torch.no_grad():
         nxt = policy_sample(learner.actor, batch.next_obs, noise_next, spec, learner.action_scale)
-        q_next = twin_q(learner.critic_target, batch.next_obs, nxt.action).min(dim=1).values
+        q_next = twin_q(learner.critic_target, batch.next_obs, nxt.action, spec.precision).min(dim=1).values
         soft_value = q_next - learner.alpha.unsqueeze(1) * nxt.log_prob
         # Bootstrap unless the episode terminated; a time-limit truncation is not a termination.
         target = batch.reward + spec.gamma * (1.0 - batch.terminated) * soft_value
-    q_pred = twin_q(learner.critic, batch.obs, batch.action)
+    q_pred = twin_q(learner.critic, batch.obs, batch.action, spec.precision)
     loss = (q_pred - target.unsqueeze(1)).pow(2).mean(dim=2).sum(dim=1)
     return loss, q_pred, target
 
@@ -125,7 +126,7 @@ def actor_loss(
 ) -> tuple[torch.Tensor, PolicySample]:
     """Policy loss (eq. 7 with the reparameterisation of eq. 11): E[alpha log pi - min Q]."""
     pi = policy_sample(learner.actor, batch.obs, noise, learner.spec, learner.action_scale)
-    q_pi = twin_q(critic, batch.obs, pi.action).min(dim=1).values
+    q_pi = twin_q(critic, batch.obs, pi.action, learner.spec.precision).min(dim=1).values
     return (learner.alpha.unsqueeze(1) * pi.log_prob - q_pi).mean(dim=1), pi
 
 
@@ -314,7 +315,7 @@ class SACLearner:
         """Policy actions in [-1, 1]. obs (S, N, O) -> (S, N, A)."""
         x = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
         if deterministic:
-            return policy_mean_action(self.actor, x).cpu().numpy()
+            return policy_mean_action(self.actor, x, self.spec.precision).cpu().numpy()
         noise = self._noise((x.shape[1], self.act_dim))
         return policy_action(self.actor, x, noise, self.spec).cpu().numpy()
 

@@ -21,6 +21,7 @@ AlphaLossForm = Literal["log_alpha", "alpha"]
 RewardTransform = Literal["none", "scale", "bipedal-fall"]
 ActionRescale = Literal["affine", "unscaled-stochastic"]
 InitScheme = Literal["torch-default", "xavier"]
+Precision = Literal["fp32", "bf16"]
 
 
 def _doc(text: str, **kw: Any) -> Any:
@@ -69,6 +70,12 @@ class VariantSpec:
     init: InitScheme = _doc(
         "weight init: 'torch-default' (nn.Linear's) or 'xavier' (xavier_uniform, zero biases)",
         default="torch-default",
+    )
+    precision: Precision = _doc(
+        "dtype of the hidden-to-hidden products (forward and both backward products): 'fp32', or "
+        "'bf16' bfloat16 with float32 master weights, gradients, Adam state, input and output layers, "
+        "losses, targets and log-probs (see variants.networks.layer_dtypes)",
+        default="fp32",
     )
 
     # --- hyperparameters ---------------------------------------------------------------------
