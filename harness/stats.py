@@ -32,7 +32,7 @@ from rliable import library as rly
 
 from variants.catalog import CATALOG
 
-from . import normalization
+from . import inference, normalization
 from .records import STATES
 
 # --- constants -----------------------------------------------------------------------------------
@@ -40,20 +40,20 @@ from .records import STATES
 DEFAULT_REPS = 2000  # bootstrap replications; rliable's papers use 2,000 and up
 CONFIDENCE = 0.95
 BASE_SEED = 20_240_601  # base of every bootstrap seed (any fixed number works)
-# A percentile bootstrap of P(X > Y) collapses to [0, 0] or [1, 1] whenever the two samples do not
-# overlap, and with n runs a side two identical distributions are fully separated with probability
-# 2 / C(2n, n): 33% at n = 2, 10% at n = 3, 2.9% at n = 4. Below 4 runs a side a verdict would claim
-# differences that chance alone produces too often, so none is given.
-MIN_RUNS_FOR_VERDICT = 4
+# A verdict needs a spread estimate on each side (or of the per-seed differences): with 2 runs the
+# t interval has 1 degree of freedom and detects nothing smaller than many standard deviations, so
+# below 3 runs a side no verdict is given.
+MIN_RUNS_FOR_VERDICT = 3
 
 RETURN_METRICS = ("final_return", "auc_return")  # the per-run scores the report aggregates
 AGGREGATES = ("iqm", "mean", "median", "optimality_gap")
 ALL_ENVS = "all"  # the env label of aggregates over environments (on normalized scores)
 
-# Verdict labels, from the probability-of-improvement interval of a variant over the reference.
-BETTER = "better"
-WORSE = "worse"
-NO_DIFFERENCE = "no detectable difference"
+# Verdict labels (harness.inference gives the rule).
+BETTER = inference.BETTER
+WORSE = inference.WORSE
+EQUIVALENT = inference.EQUIVALENT
+NO_DIFFERENCE = inference.NO_DIFFERENCE
 NO_REFERENCE = "no reference"
 TOO_FEW_RUNS = "too few runs"
 
@@ -293,21 +293,65 @@ def _sort_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def complete_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs that trained their whole budget: the only ones that enter aggregates."""
+    """The runs that trained their whole budget."""
     return runs[runs["state"] == "complete"]
+
+
+def counted_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that enter aggregates and verdicts: those with a score (complete runs, and the failed or
+    diverged runs that `score_failures` scored)."""
+    return runs.dropna(subset=list(RETURN_METRICS))
+
+
+def failure_floor(env: str, runs: pd.DataFrame, metric: str) -> float:
+    """The return a failed or diverged run of `env` is scored at most: a uniform random policy's, or,
+    for an env without that constant, the lowest `metric` of the env's complete runs."""
+    if env in normalization.R_RANDOM:
+        return normalization.R_RANDOM[env]
+    done = complete_runs(runs[runs["env"] == env])[metric].dropna()
+    return float(done.min()) if len(done) else math.nan
+
+
+def score_failures(runs: pd.DataFrame, eval_curves: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict]) -> pd.DataFrame:
+    """`runs` with a score for every failed or diverged run, so that a variant is not judged on its survivors.
+
+    A run that stopped is scored as if its policy from then on were no better than a uniform random one
+    (`failure_floor`): final_return = min(its last evaluation, floor) (the floor if it never evaluated),
+    and auc_return = the mean over all the budget's evaluation points, the missing ones at that final
+    score. Complete runs are unchanged. A column `scored` says which rows were filled ('failure') .
+    """
+    out = runs.copy()
+    out["scored"] = ""
+    for i, row in out.iterrows():
+        if row["state"] == "complete":
+            continue
+        curve = eval_curves[(eval_curves["env"] == row["env"]) & (eval_curves["variant"] == row["variant"])
+                            & (eval_curves["seed"] == row["seed"])].sort_values("env_step")
+        means = curve["return_mean"].astype(float).tolist()
+        floor = failure_floor(row["env"], runs, "final_return")
+        if math.isnan(floor):
+            continue  # no way to score it: left out, and the failure table still counts it
+        final = min(means[-1], floor) if means else floor
+        points = int(configs.get((row["env"], row["variant"], int(row["seed"])), {}).get("budget", {}).get(
+            "eval_points", len(means)) or len(means))
+        filled = means + [final] * max(0, points - len(means))
+        out.at[i, "final_return"] = final
+        out.at[i, "auc_return"] = float(np.mean(filled)) if filled else final
+        out.at[i, "scored"] = "failure"
+    return out
 
 
 # --- score dicts ---------------------------------------------------------------------------------
 
 
 def score_dict(runs: pd.DataFrame, metric: str, envs: Sequence[str], normalize: bool = False) -> ScoreDict:
-    """`{variant: (max_runs, len(envs)) array}` of `metric` over the complete runs of `runs`.
+    """`{variant: (max_runs, len(envs)) array}` of `metric` over the counted runs of `runs` (`counted_runs`).
 
     Column j holds the runs of `envs[j]` (sorted by seed), NaN-padded below; a variant with no complete
     run in some env of `envs` gets an all-NaN column there. `normalize` maps returns through
     `normalization.normalized_score` (every env must then have constants).
     """
-    done = complete_runs(runs)
+    done = counted_runs(runs)
     out: ScoreDict = {}
     for variant in variant_order(done["variant"].tolist()):
         columns = []
@@ -493,17 +537,6 @@ def probability_of_improvement(
     return Interval(float(points[0]), float(intervals[0, 0]), float(intervals[1, 0]))
 
 
-def verdict(poi: Interval | None) -> str:
-    """'better' if the PoI interval lies entirely above 0.5, 'worse' if entirely below, else no difference."""
-    if poi is None:
-        return NO_REFERENCE
-    if poi.low > 0.5:
-        return BETTER
-    if poi.high < 0.5:
-        return WORSE
-    return NO_DIFFERENCE
-
-
 def performance_profiles(
     scores: ScoreDict, taus: np.ndarray, reps: int = DEFAULT_REPS, seed: int = BASE_SEED
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -538,11 +571,12 @@ def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
 
     Rows per (env, variant) on raw returns (optimality gap at the env's R_target, left out for an env
     without one), then per variant with env='all' on normalized scores pooled over the normalizable
-    envs where the variant has complete runs. Only complete runs count; variants without any complete
-    run in an env have no row there.
+    envs, the same envs for every variant (a variant without runs in one of them gets no 'all' row).
+    The counted runs enter (`counted_runs`: complete ones, and failed or diverged ones once
+    `score_failures` has scored them); a variant without any in an env has no row there.
     Columns: env, variant, metric ('<final_return|auc_return>_<aggregate>'), estimate, ci_low, ci_high, n_runs.
     """
-    done = complete_runs(runs)
+    done = counted_runs(runs)
     rows: list[tuple] = []
     for env in env_order(done["env"].tolist()):
         gamma = normalization.R_TARGET.get(env)
@@ -555,8 +589,8 @@ def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
     pooled = normalizable_envs(done["env"].tolist())
     for variant in variant_order(done["variant"].tolist()):
         mine = done[done["variant"] == variant]
-        envs = [e for e in pooled if (mine["env"] == e).any()]
-        if not envs:
+        envs = pooled
+        if not envs or not all((mine["env"] == e).any() for e in envs):
             continue
         for metric in RETURN_METRICS:
             matrix = score_dict(mine, metric, envs, normalize=True)[variant]
@@ -579,66 +613,174 @@ def _order_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[key.sort_values(["e", "m", "v"], kind="stable").index].reset_index(drop=True)
 
 
-VERDICT_COLUMNS = ("env", "variant", "reference", "verdict", "poi", "poi_ci_low", "poi_ci_high",
-                   "n_runs", "n_reference_runs", "envs_compared")
+VERDICT_COLUMNS = (
+    "env", "variant", "reference", "metric", "units", "verdict", "difference", "ci_low", "ci_high",
+    "p_value", "p_adjusted", "mdd", "seeds_for_target", "paired", "n_runs", "n_reference_runs",
+    "family_size", "level", "margin", "poi", "poi_ci_low", "poi_ci_high", "envs_compared",
+)
+
+
+def _seed_scores(runs: pd.DataFrame, env: str, variant: str, metric: str, normalize: bool) -> dict[int, float]:
+    """`{seed: score}` of the counted runs of one cell, normalized when `normalize`."""
+    cell = runs[(runs["env"] == env) & (runs["variant"] == variant)].dropna(subset=[metric])
+    values = cell[metric].to_numpy(dtype=np.float64)
+    if normalize:
+        values = normalization.normalized_score(values, env)
+    return dict(zip(cell["seed"].astype(int), values.tolist()))
+
+
+def paired_differences(runs: pd.DataFrame, env: str, variant: str, reference: str, metric: str,
+                       normalize: bool) -> dict[int, float]:
+    """`{seed: variant's metric - reference's}` over the seeds both have runs of in `env` (counted runs)."""
+    x = _seed_scores(runs, env, variant, metric, normalize)
+    y = _seed_scores(runs, env, reference, metric, normalize)
+    return {seed: x[seed] - y[seed] for seed in sorted(set(x) & set(y))}
 
 
 def verdict_table(
     runs: pd.DataFrame, reference: str = "reference", metric: str = "final_return",
-    reps: int = DEFAULT_REPS, min_runs: int = MIN_RUNS_FOR_VERDICT,
+    reps: int = DEFAULT_REPS, min_runs: int = MIN_RUNS_FOR_VERDICT, alpha: float = inference.ALPHA,
+    margin: float = inference.EQUIVALENCE_MARGIN, target: float = inference.TARGET_DIFFERENCE,
 ) -> pd.DataFrame:
-    """Verdict of every variant but `reference`, per env and over all envs, from P(variant > reference).
+    """Verdict of every variant but `reference`, per env and pooled over the normalizable envs.
 
-    Per env: PoI of `metric` over the complete runs. A side with fewer than `min_runs` complete runs
-    gets 'too few runs' (with one run per side the bootstrap interval has zero width and would call
-    any difference significant). env='all': PoI averaged over the envs where both sides have at least
-    `min_runs` complete runs (listed in envs_compared; PoI needs no normalization, so every env counts).
-    Without complete reference runs anywhere the verdict is 'no reference'.
-    Columns: `VERDICT_COLUMNS`; poi and its interval are NaN where no verdict was computed.
+    runs: `RUN_COLUMNS` rows; a run counts when its `metric` is a number (complete runs, and failed or
+        diverged runs that `score_failures` scored).
+    Per env the difference variant - reference is paired by seed (`inference.compare_by_seed`), in
+    normalized score where the env has constants (raw return otherwise, and then no equivalence
+    margin). env='all' is the mean over the normalizable envs where both sides have at least
+    `min_runs` runs of each env's difference (`inference.pooled_test`); with one such env it is that
+    env's comparison, not a second one. Every distinct comparison of the table is one member of the
+    family that `inference.decide` holds at family-wise level `alpha`.
+    A side with fewer than `min_runs` runs gets 'too few runs'; no reference runs: 'no reference'.
+    Columns: `VERDICT_COLUMNS`. mdd: the difference detected with 80% power at the family's level;
+    seeds_for_target: the seeds that would detect `target` at that level. poi: P(a variant run beats
+    a reference run) with its bootstrap interval (rliable), an effect size beside the verdict.
     """
-    done = complete_runs(runs)
+    counted = counted_runs(runs)
     envs = env_order(runs["env"].tolist())
     variants = [v for v in variant_order(runs["variant"].tolist()) if v != reference]
-    counts = done.groupby(["env", "variant"]).size()
-    has_reference = bool((done["variant"] == reference).any())
-
-    def n(env: str, variant: str) -> int:
-        return int(counts.get((env, variant), 0))
-
-    rows: list[tuple] = []
+    has_reference = bool((counted["variant"] == reference).any())
+    cells: list[dict] = []  # one per row, in order; "test" set where a comparison is made
     for variant in variants:
-        compared: list[str] = []
+        compared: list[tuple[str, inference.Test]] = []
         for env in envs:
-            if (runs[(runs["variant"] == variant) & (runs["env"] == env)]).empty:
+            if runs[(runs["variant"] == variant) & (runs["env"] == env)].empty:
                 continue  # this variant was not run on this env: no row rather than a misleading one
-            n_x, n_y = n(env, variant), n(env, reference)
-            if not has_reference or n_y == 0:
-                rows.append((env, variant, reference, NO_REFERENCE, math.nan, math.nan, math.nan, n_x, n_y, env))
-                continue
-            if min(n_x, n_y) < min_runs:
-                rows.append((env, variant, reference, TOO_FEW_RUNS, math.nan, math.nan, math.nan, n_x, n_y, env))
-                continue
-            compared.append(env)
-            x, y = (score_dict(done, metric, [env])[v] for v in (variant, reference))
-            poi = probability_of_improvement(x, y, reps, stable_seed("poi", env, variant, reference, metric))
-            rows.append((env, variant, reference, verdict(poi), poi.estimate, poi.low, poi.high, n_x, n_y, env))
-        n_x_all = sum(n(e, variant) for e in compared)
-        n_y_all = sum(n(e, reference) for e in compared)
+            normalize = normalization.can_normalize(env)
+            x = _seed_scores(counted, env, variant, metric, normalize)
+            y = _seed_scores(counted, env, reference, metric, normalize)
+            row = {"env": env, "variant": variant, "n_runs": len(x), "n_reference_runs": len(y),
+                   "units": "normalized" if normalize else "return", "envs_compared": env}
+            if not has_reference or not y:
+                row["verdict"] = NO_REFERENCE
+            elif min(len(x), len(y)) < min_runs:
+                row["verdict"] = TOO_FEW_RUNS
+            else:
+                row["test"] = inference.compare_by_seed(x, y)
+                row["poi"] = _poi(x, y, reps, stable_seed("poi", env, variant, reference, metric))
+                if normalize:
+                    compared.append((env, row["test"]))
+            cells.append(row)
+        pooled = {"env": ALL_ENVS, "variant": variant, "units": "normalized",
+                  "envs_compared": ";".join(e for e, _ in compared)}
+        pooled["n_runs"] = sum(r["n_runs"] for r in cells if r["variant"] == variant and r["env"] in dict(compared))
+        pooled["n_reference_runs"] = sum(r["n_reference_runs"] for r in cells
+                                         if r["variant"] == variant and r["env"] in dict(compared))
         if not has_reference:
-            rows.append((ALL_ENVS, variant, reference, NO_REFERENCE, math.nan, math.nan, math.nan,
-                         int((done["variant"] == variant).sum()), 0, ""))
+            pooled["verdict"] = NO_REFERENCE
         elif not compared:
-            rows.append((ALL_ENVS, variant, reference, TOO_FEW_RUNS, math.nan, math.nan, math.nan,
-                         int((done["variant"] == variant).sum()), int((done["variant"] == reference).sum()), ""))
+            pooled["verdict"] = TOO_FEW_RUNS
         else:
-            both = score_dict(done, metric, compared)
-            poi = probability_of_improvement(both[variant], both[reference], reps,
-                                             stable_seed("poi", ALL_ENVS, *compared, variant, reference, metric))
-            rows.append((ALL_ENVS, variant, reference, verdict(poi), poi.estimate, poi.low, poi.high,
-                         n_x_all, n_y_all, ";".join(compared)))
+            pooled["test"] = inference.pooled_test([t for _, t in compared])
+            pooled["alias"] = len(compared) == 1  # the same comparison as its env's row
+            both = score_dict(counted, metric, [e for e, _ in compared])
+            pooled["poi"] = probability_of_improvement(
+                both[variant], both[reference], reps,
+                stable_seed("poi", ALL_ENVS, *(e for e, _ in compared), variant, reference, metric))
+        cells.append(pooled)
+
+    family = [r for r in cells if "test" in r and not r.get("alias")]
+    decisions = inference.decide([r["test"] for r in family], alpha, margin)
+    by_test = {id(r["test"]): d for r, d in zip(family, decisions)}
+    level = inference.family_level(len(family), alpha)
+    rows = []
+    for r in cells:
+        test = r.get("test")
+        decision = by_test.get(id(test)) if test is not None else None
+        poi = r.get("poi")
+        seeds = None
+        if decision is not None:
+            seeds = inference.seeds_needed(test, target, level) if r["units"] == "normalized" else None
+        rows.append({
+            "env": r["env"], "variant": r["variant"], "reference": reference, "metric": metric, "units": r["units"],
+            "verdict": decision.verdict if decision else r["verdict"],
+            "difference": test.difference if test else math.nan,
+            "ci_low": decision.low if decision else math.nan, "ci_high": decision.high if decision else math.nan,
+            "p_value": decision.p_value if decision else math.nan,
+            "p_adjusted": decision.p_adjusted if decision else math.nan,
+            "mdd": decision.mdd if decision else math.nan,
+            "seeds_for_target": math.nan if seeds is None else seeds,
+            "paired": bool(test.paired) if test else False,
+            "n_runs": r["n_runs"], "n_reference_runs": r["n_reference_runs"],
+            "family_size": len(family), "level": level,
+            "margin": margin if r["units"] == "normalized" else math.nan,
+            "poi": poi.estimate if poi else math.nan, "poi_ci_low": poi.low if poi else math.nan,
+            "poi_ci_high": poi.high if poi else math.nan, "envs_compared": r["envs_compared"],
+        })
     frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
-    return frame.astype({"poi": "float64", "poi_ci_low": "float64", "poi_ci_high": "float64",
-                         "n_runs": "int64", "n_reference_runs": "int64"})
+    return frame.astype({"difference": "float64", "ci_low": "float64", "ci_high": "float64", "p_value": "float64",
+                         "p_adjusted": "float64", "mdd": "float64", "seeds_for_target": "float64",
+                         "poi": "float64", "poi_ci_low": "float64", "poi_ci_high": "float64",
+                         "n_runs": "int64", "n_reference_runs": "int64", "margin": "float64"})
+
+
+def _poi(x: Mapping[int, float], y: Mapping[int, float], reps: int, seed: int) -> Interval:
+    return probability_of_improvement(np.array(list(x.values()))[:, None], np.array(list(y.values()))[:, None],
+                                      reps, seed)
+
+
+def power_table(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Per (metric, env) of a verdict table: how large a difference the design could miss.
+
+    Columns: metric, env, n_compared, mdd_median, mdd_max (over the variants compared there),
+    seeds_for_target_median (seeds per variant to detect `inference.TARGET_DIFFERENCE` at the family's
+    level, median over variants; NaN where the units are raw returns), units.
+    """
+    rows = []
+    tested = verdicts.dropna(subset=["mdd"])
+    for (metric, env), cell in tested.groupby(["metric", "env"], sort=False):
+        rows.append((metric, env, len(cell), float(cell["mdd"].median()), float(cell["mdd"].max()),
+                     float(cell["seeds_for_target"].median()), cell["units"].iloc[0]))
+    return pd.DataFrame(rows, columns=["metric", "env", "n_compared", "mdd_median", "mdd_max",
+                                       "seeds_for_target_median", "units"])
+
+
+FAILURE_COLUMNS = ("env", "variant", "failed", "n_runs", "reference_failed", "n_reference_runs", "p_value", "p_holm")
+
+
+def failure_table(runs: pd.DataFrame, reference: str = "reference") -> pd.DataFrame:
+    """Failed or diverged runs per (env, variant) against the reference's, Fisher's exact test, Holm over the table.
+
+    Rows only where the variant or the reference has a run that did not complete.
+    Columns: `FAILURE_COLUMNS`.
+    """
+    rows = []
+    for env in env_order(runs["env"].tolist()):
+        ref = runs[(runs["env"] == env) & (runs["variant"] == reference)]
+        ref_failed = int((ref["state"] != "complete").sum())
+        for variant in variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
+            if variant == reference:
+                continue
+            mine = runs[(runs["env"] == env) & (runs["variant"] == variant)]
+            failed = int((mine["state"] != "complete").sum())
+            if (failed == 0 and ref_failed == 0) or ref.empty:
+                continue
+            p = inference.fisher_failures(failed, len(mine), ref_failed, len(ref))
+            rows.append([env, variant, failed, len(mine), ref_failed, len(ref), p])
+    frame = pd.DataFrame(rows, columns=list(FAILURE_COLUMNS[:-1]))
+    frame["p_holm"] = inference.holm(frame["p_value"].to_numpy()) if len(frame) else []
+    return frame
 
 
 def iqm_learning_curves(eval_curves: pd.DataFrame, runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
