@@ -1,12 +1,23 @@
-"""The benchmark's environments and how the harness steps them."""
+"""The benchmark's environments, a user's own, and how the harness steps them.
+
+An environment is named by an `EnvRef`: a registered Gymnasium id (`Pendulum-v1`, `HalfCheetah-v5`) or
+a user's `module:Class` / `module:factory`, with keyword arguments (`--env-kwargs`). Its `label` names it
+in run records and folders; it is filesystem-safe and differs whenever the id or the kwargs differ.
+"""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import importlib
+import json
+import re
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 
@@ -26,30 +37,132 @@ class EnvInfo:
 
 ENV_IDS = ("Pendulum-v1", "LunarLanderContinuous-v3", "BipedalWalker-v3")
 
+# A user's `module:Class` environment that does not end its own episodes is cut after this many steps
+# (Gymnasium's TimeLimit, a truncation: training still bootstraps through it). 1,000 is the time limit
+# of the MuJoCo tasks and of BipedalWalker; a factory that wraps its env in a shorter TimeLimit keeps it.
+DEFAULT_MAX_EPISODE_STEPS = 1000
 
-def env_info(env_id: str) -> EnvInfo:
-    env = gym.make(env_id)
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class EnvError(ValueError):
+    """An environment that cannot be made or that sacbench cannot train (one-line message)."""
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """Which environment to make: `entry` is a registered id or `module:attr`; `kwargs_json` holds the
+    constructor's keyword arguments as canonical JSON (sorted keys), so that equal kwargs compare equal."""
+
+    entry: str
+    kwargs_json: str = "{}"
+
+    @classmethod
+    def of(cls, entry: str, kwargs: Mapping[str, Any] | None = None) -> "EnvRef":
+        return cls(entry, json.dumps(dict(kwargs or {}), sort_keys=True, separators=(",", ":")))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return json.loads(self.kwargs_json)
+
+    @property
+    def is_user_env(self) -> bool:
+        return ":" in self.entry
+
+    @property
+    def label(self) -> str:
+        """The name in run records and folders: the id itself for a registered id without kwargs;
+        otherwise a filesystem-safe form of it plus a hash of the id and the kwargs."""
+        if not self.is_user_env and self.kwargs_json == "{}" and not _SAFE.search(self.entry):
+            return self.entry
+        readable = _SAFE.sub("_", self.entry.replace(":", ".")).strip("._-")[:60] or "env"
+        digest = hashlib.sha256(f"{self.entry}\n{self.kwargs_json}".encode("utf-8")).hexdigest()[:8]
+        return f"{readable}-{digest}"
+
+    def gym_id(self) -> str | EnvSpec:
+        """What `gym.make` / `gym.make_vec` take: the id, or for a user's class or factory an EnvSpec
+        built on the fly (so it gets the same wrappers as a registered env: checker, time limit)."""
+        if not self.is_user_env:
+            return self.entry
+        module_name, attr = self.entry.split(":", 1)
+        module = importlib.import_module(module_name)
+        if not hasattr(module, attr):
+            if attr in gym.registry:  # Gymnasium's own `module:EnvId` form: importing the module registered it
+                return attr
+            raise EnvError(f"module {module_name} has no attribute {attr!r}, and no environment {attr!r} is registered")
+        return EnvSpec(id=self.label, entry_point=self.entry, max_episode_steps=DEFAULT_MAX_EPISODE_STEPS)
+
+    def make(self) -> gym.Env:
+        return gym.make(self.gym_id(), **self.kwargs)
+
+
+def as_ref(env: "EnvRef | str") -> EnvRef:
+    return env if isinstance(env, EnvRef) else EnvRef(env)
+
+
+def parse_env_kwargs(text: str | None) -> dict[str, Any]:
+    """`--env-kwargs` text (a JSON object) as a dict; raises EnvError with a one-line reason."""
+    if text is None or not text.strip():
+        return {}
     try:
-        space = env.action_space
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnvError(f"--env-kwargs {text!r}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise EnvError(f"--env-kwargs {text!r}: expected a JSON object such as '{{\"size\": 3}}'")
+    return value
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _check_box(space: gym.Space, what: str, ref: EnvRef, bounded: bool) -> None:
+    where = ref.entry + (f" with {ref.kwargs_json}" if ref.kwargs_json != "{}" else "")
+    if not isinstance(space, gym.spaces.Box):
+        raise EnvError(f"{where}: the {what} space is {space}, not a Box; sacbench trains continuous-action "
+                       "SAC on Box observations and Box actions only")
+    if len(space.shape) != 1:
+        raise EnvError(f"{where}: the {what} space has shape {space.shape}; sacbench needs a flat vector "
+                       "(wrap the env in gymnasium.wrappers.FlattenObservation in a factory)")
+    if bounded and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        raise EnvError(f"{where}: the action space {space} is unbounded; SAC's tanh policy needs finite bounds")
+
+
+def env_info(env: "EnvRef | str") -> EnvInfo:
+    """Dimensions and action bounds of `env`; raises EnvError (one line) when it cannot be made or has a
+    discrete, multi-dimensional or unbounded space."""
+    ref = as_ref(env)
+    try:
+        made = ref.make()
+    except Exception as exc:  # any failure to build a user's env is a usage error, not a crash
+        raise EnvError(f"cannot make environment {ref.entry!r}: {_one_line(exc)}") from None
+    try:
+        _check_box(made.observation_space, "observation", ref, bounded=False)
+        _check_box(made.action_space, "action", ref, bounded=True)
+        space = made.action_space
         return EnvInfo(
-            env_id,
-            env_id.split("-")[0],
-            int(np.prod(env.observation_space.shape)),
+            ref.label,
+            ref.label.split("-")[0],
+            int(np.prod(made.observation_space.shape)),
             int(np.prod(space.shape)),
             space.low.astype(np.float64),
             space.high.astype(np.float64),
         )
     finally:
-        env.close()
+        made.close()
 
 
-def make_vector_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+def make_vector_env(env: "EnvRef | str", num_envs: int) -> gym.vector.VectorEnv:
     """A synchronous gymnasium vector env that autoresets in the same step (used for evaluation)."""
+    ref = as_ref(env)
     return gym.make_vec(
-        env_id,
+        ref.gym_id(),
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        **ref.kwargs,
     )
 
 
@@ -63,8 +176,9 @@ class LockstepEnvs:
     keeps those and `load_state_dict` replays them.
     """
 
-    def __init__(self, env_id: str, num_envs: int):
-        self.envs = [gym.make(env_id) for _ in range(num_envs)]
+    def __init__(self, env: "EnvRef | str", num_envs: int):
+        ref = as_ref(env)
+        self.envs = [ref.make() for _ in range(num_envs)]
         self._reset_seed: list[int | None] = [None] * num_envs
         self._reset_rng: list[dict | None] = [None] * num_envs
         self._actions: list[list[np.ndarray]] = [[] for _ in range(num_envs)]

@@ -53,9 +53,26 @@ class Budget:
         return asdict(self) | {"eval_every": self.eval_every}
 
 
-def budget_for(profile: str, env_id: str, steps: int | None = None) -> Budget:
-    """The budget of `env_id` under `profile`; `steps` overrides the step count."""
+class NoBudget(ValueError):
+    """No profile names a step count for the environment, and none was given."""
+
+
+def has_budget(profile: str, env_id: str) -> bool:
+    """Whether `profile` (or, as a fallback, `quick`) names a step count for `env_id`."""
+    return env_id in PROFILES[profile].steps or env_id in PROFILES["quick"].steps
+
+
+def budget_for(profile: str, env_id: str, steps: int | None = None, eval_episodes: int | None = None) -> Budget:
+    """The budget of `env_id` under `profile`; `steps` and `eval_episodes` override the profile's.
+
+    An environment the profiles do not name (any Gymnasium id or a user's env) needs `steps`; its
+    evaluation episodes are the profile's (`eval_episodes` overrides), as for every env. Raises NoBudget
+    without `steps` for such an env.
+    """
     p = PROFILES[profile]
-    total = steps if steps is not None else p.steps.get(env_id, PROFILES["quick"].steps[env_id])
+    if steps is None and not has_budget(profile, env_id):
+        raise NoBudget(f"the {profile} profile has no step budget for {env_id}; give --steps")
+    total = steps if steps is not None else p.steps.get(env_id, PROFILES["quick"].steps.get(env_id))
     points = min(EVAL_POINTS, total)
-    return Budget(profile, total, points, p.eval_episodes, min(p.diag_every, max(1, total // 4)))
+    episodes = p.eval_episodes if eval_episodes is None else eval_episodes
+    return Budget(profile, total, points, episodes, min(p.diag_every, max(1, total // 4)))
