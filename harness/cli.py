@@ -6,6 +6,7 @@ Every usage error is one line on stderr and exit code 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -14,13 +15,14 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from variants.catalog import CATALOG, REFERENCE, CatalogEntry
+from variants.catalog import CATALOG, REFERENCE, CatalogEntry, distinct_variants
 from variants.spec import VariantSpec, parse_override, with_overrides
 
 from .check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
 from .check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
 from .envs import ENV_IDS
 from . import grid
+from .implementations import TRAINERS
 from .records import WriteError
 from .train import Interrupted
 from .profiles import PROFILES, budget_for
@@ -80,10 +82,32 @@ def apply_overrides(assignments: Sequence[str], variants: dict[str, CatalogEntry
     out = {}
     for name, entry in variants.items():
         try:
-            out[name] = CatalogEntry(entry.description, with_overrides(entry.spec, overrides))
+            out[name] = dataclasses.replace(entry, spec=with_overrides(entry.spec, overrides))
         except ValueError as exc:
             raise UsageError(f"--set: {exc}") from None
     return overrides, out
+
+
+def select_variants(text: str, assignments: Sequence[str]) -> tuple[dict, dict[str, CatalogEntry]]:
+    """`--variants` and `--set` resolved to catalog entries that can train here.
+
+    `all` means every distinct entry (`distinct_variants`: none whose arithmetic another computes) that
+    can run in this Python with these overrides; one that cannot (a peer library not installed, or a
+    spec it cannot realize) is left out with a note on stderr. Named explicitly, it is a usage error.
+    """
+    everything = text.strip() == "all"
+    names = distinct_variants() if everything else _split_names(text, list(CATALOG), "variant")
+    overrides, variants = apply_overrides(assignments, {n: CATALOG[n] for n in names})
+    for name, entry in list(variants.items()):
+        trainer = TRAINERS[entry.implementation]
+        missing = trainer.missing()
+        reason = missing or "; ".join(trainer.problems(entry.spec))
+        if reason and everything:
+            print(f"note: --variants all leaves out {name}: {reason}", file=sys.stderr)
+            del variants[name]
+        elif reason:
+            raise UsageError(f"--variants {name}: {missing or 'its implementation cannot train this spec: ' + reason}")
+    return overrides, variants
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +176,10 @@ def cmd_list() -> int:
     for name, entry in CATALOG.items():
         diff = entry.spec.differences(REFERENCE)
         changes = ", ".join(f"{k}={v[0]}" for k, v in diff.items()) or "-"
+        if entry.implementation != "native":
+            changes += f"; trained by {entry.implementation}"
+        if entry.same_as:
+            changes += f"; same arithmetic as {entry.same_as} (not run by --variants all)"
         print(f"  {name:14s} {entry.description}")
         print(f"  {'':14s} fields: {changes}")
     print("Environments:")
@@ -169,11 +197,10 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.backend == "ray" and not ray_backend.ray_available():
         raise UsageError(ray_backend.INSTALL_HINT)
-    variant_names = _split_names(args.variants, list(CATALOG), "variant")
     envs = _split_names(args.envs, list(ENV_IDS), "env")
     if args.profile not in PROFILES:
         raise UsageError(f"unknown profile {args.profile!r}; valid: {', '.join(PROFILES)}")
-    overrides, variants = apply_overrides(args.overrides, {n: CATALOG[n] for n in variant_names})
+    overrides, variants = select_variants(args.variants, args.overrides)
     device = _resolve_device(args.device)
     members = args.members or (args.seeds if device == "cuda" else 1)
     out = Path(args.out)
@@ -216,8 +243,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from . import check
 
-    variant_names = _split_names(args.variants, list(CATALOG), "variant")
-    overrides, variants = apply_overrides(args.overrides, {n: CATALOG[n] for n in variant_names})
+    overrides, variants = select_variants(args.variants, args.overrides)
+    variant_names = list(variants)
     budget = budget_for("ci", check.CHECK_ENV, args.steps)
     baseline = Path(args.baseline)
     if args.false_alarms and (args.results is None or args.update_baseline or args.overrides

@@ -20,7 +20,8 @@ from variants.catalog import CatalogEntry
 
 from . import records
 from .profiles import Budget
-from .train import Interrupted, Job, identity, train_job
+from .implementations import TRAINERS, run_job
+from .train import Interrupted, Job, identity
 
 # Measured on the 2-core development machine (one thread, 256x256, batch 256): one SAC update with its
 # env step costs about 15 ms per member; used only for the estimate printed before a grid starts.
@@ -69,7 +70,8 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
             todo: list[int] = []
             for seed in request.seeds:
                 probe = Job(name, entry.description, entry.spec, request.overrides, env_id, (seed,),
-                            request.budgets[env_id], str(request.out), request.device, request.command)
+                            request.budgets[env_id], str(request.out), request.device, request.command,
+                            entry.implementation)
                 path = records.run_dir(request.out, env_id, name, seed)
                 if fresh:
                     shutil.rmtree(path, ignore_errors=True)
@@ -89,10 +91,12 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
                 todo.append(seed)
             if fresh:
                 shutil.rmtree(Path(request.out) / "checkpoints" / env_id / name, ignore_errors=True)
-            for i in range(0, len(todo), request.members):
-                chunk = tuple(todo[i : i + request.members])
+            per_job = request.members if TRAINERS[entry.implementation].batches_members else 1
+            for i in range(0, len(todo), per_job):
+                chunk = tuple(todo[i : i + per_job])
                 jobs.append(Job(name, entry.description, entry.spec, request.overrides, env_id, chunk,
-                                request.budgets[env_id], str(request.out), request.device, request.command))
+                                request.budgets[env_id], str(request.out), request.device, request.command,
+                                entry.implementation))
     # The cheapest environment first, and seed-major within it: every variant gets seed k before any
     # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
     jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
@@ -145,7 +149,7 @@ def _report_progress(steps: int) -> None:
 
 
 def _run_job(job: Job) -> list[dict]:
-    return train_job(job, on_progress=lambda n: _report_progress(n * len(job.seeds)), should_stop=_stop_requested.is_set)
+    return run_job(job, on_progress=lambda n: _report_progress(n * len(job.seeds)), should_stop=_stop_requested.is_set)
 
 
 class Progress:
@@ -225,8 +229,8 @@ def _execute_here(jobs: Sequence[Job], progress: Progress, rows: list[dict]) -> 
     try:
         for job in jobs:
             try:
-                job_rows = train_job(job, on_progress=lambda n, m=len(job.seeds): progress.steps(n, m),
-                                     should_stop=_stop_requested.is_set)
+                job_rows = run_job(job, on_progress=lambda n, m=len(job.seeds): progress.steps(n, m),
+                                   should_stop=_stop_requested.is_set)
             except Interrupted:
                 return True
             rows.extend(job_rows)

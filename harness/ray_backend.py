@@ -30,11 +30,11 @@ def ray_available() -> bool:
 def _train_remote(job: Job) -> tuple[list[dict], dict[str, bytes]]:
     """Runs on a Ray worker: train into a scratch folder, return the rows and the run files."""
     from .grid import _tune_worker
-    from .train import train_job
+    from .implementations import run_job
 
     _tune_worker()
     with tempfile.TemporaryDirectory(prefix="sacbench-") as scratch:
-        rows = train_job(dataclasses.replace(job, out=scratch))
+        rows = run_job(dataclasses.replace(job, out=scratch))
         files = {
             str(path.relative_to(scratch)): path.read_bytes()
             for path in Path(scratch, "runs").rglob("*")

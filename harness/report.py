@@ -482,6 +482,7 @@ def render_html(
         "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
         _verdict_section(verdicts, runs, envs, reference),
         _identical_note(runs),
+        same_as_note(runs),
         _warning_section(warnings),
         _differences_section(runs, configs, reference),
         _summary_section(summary),
@@ -563,6 +564,19 @@ def _identical_note(runs: pd.DataFrame) -> str:
     items = "".join(f"<li>{esc(', '.join(g))}</li>" for g in groups)
     return ("<p>These variants returned exactly the same final and AUC returns in every run, so their curves "
             f"and intervals coincide in the figures (only the last one drawn is visible):</p><ul>{items}</ul>\n")
+
+
+def same_as_note(runs: pd.DataFrame) -> str:
+    """Says which catalog entries were not run because another entry's runs compute their numbers
+    (`CatalogEntry.same_as`, bit-identity tested), when that entry's runs are here and theirs are not."""
+    present = set(runs["variant"])
+    stand_ins = [(name, entry.same_as) for name, entry in CATALOG.items()
+                 if entry.same_as in present and name not in present]
+    if not stand_ins:
+        return ""
+    items = "".join(f"<li><code>{esc(name)}</code>: bit-identical to <code>{esc(other)}</code>, whose rows stand "
+                    f"for both</li>" for name, other in stand_ins)
+    return f"<p>Not run, because another variant's runs compute exactly the same numbers:</p><ul>{items}</ul>\n"
 
 
 def _warning_section(warnings: Sequence[str]) -> str:

@@ -18,6 +18,7 @@ import torch
 
 from variants.actions import env_action
 from variants.buffer import ReplayBuffer
+from variants.catalog import Implementation
 from variants.learner import DIAGNOSTICS, SACLearner
 from variants.rewards import transform_reward
 from variants.spec import VariantSpec
@@ -44,6 +45,7 @@ class Job:
     out: str
     device: str = "cpu"
     command: tuple[str, ...] = ()
+    implementation: Implementation = "native"  # the code that trains it (`harness.implementations`)
 
     @property
     def key(self) -> str:
@@ -53,6 +55,7 @@ class Job:
         """config.json of one run; its identity is everything but provenance (see `identity`)."""
         return {
             "variant": self.variant,
+            "implementation": self.implementation,
             "description": self.description,
             "spec": self.spec.to_dict(),
             "overrides": dict(self.overrides),
@@ -75,6 +78,7 @@ def identity(config: dict) -> dict:
     takes its default there: a field whose default keeps the old arithmetic does not orphan old runs.
     """
     out = {k: config.get(k) for k in ("variant", "spec", "env", "seed", "budget")}
+    out["implementation"] = config.get("implementation", "native")  # runs recorded before the field were native
     try:
         out["spec"] = VariantSpec.from_dict(out["spec"]).to_dict()
     except (TypeError, ValueError):
@@ -157,10 +161,18 @@ def store_transition(
     return terminated | truncated
 
 
+def eval_reset_seeds(seeds: tuple[int, ...], episodes: int) -> list[int]:
+    """Reset seeds of the evaluation episodes, seed-major: episode j of run seed k gets 10^6 + 1000k + j."""
+    return [EVAL_SEED_BASE + 1000 * seed + j for seed in seeds for j in range(episodes)]
+
+
 def evaluate(learner: SACLearner, eval_env, info: EnvInfo, seeds: tuple[int, ...], episodes: int) -> np.ndarray:
-    """Mean-action returns, (S, episodes), on eval envs reset with the same seeds at every call."""
+    """Mean-action returns, (S, episodes), on eval envs reset with the same seeds at every call.
+
+    `learner` needs only `act(obs (S, N, O), deterministic=True) -> actions in [-1, 1] (S, N, A)`.
+    """
     s = len(seeds)
-    obs, _ = eval_env.reset(seed=[EVAL_SEED_BASE + 1000 * seed + j for seed in seeds for j in range(episodes)])
+    obs, _ = eval_env.reset(seed=eval_reset_seeds(seeds, episodes))
     returns = np.zeros(s * episodes)
     finished = np.zeros(s * episodes, dtype=bool)
     while not finished.all():

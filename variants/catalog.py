@@ -8,16 +8,34 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal, Optional
 
 from .spec import VariantSpec
 
 REFERENCE = VariantSpec()
 
 
+# Which code trains a variant: "native" the harness's own learner (`variants.learner`); "sb3"
+# Stable-Baselines3's SAC (the optional `sb3` extra), a peer implementation beside ours.
+Implementation = Literal["native", "sb3"]
+
+
 @dataclass(frozen=True)
 class CatalogEntry:
+    """A named variant.
+
+    Args:
+        description: one line, shown by `python -m harness list` and in the report.
+        spec: the implementation details it sets.
+        implementation: the code that trains it (see `Implementation`).
+        same_as: the name of an entry whose arithmetic is bit-identical to this one's (tested); `all`
+            runs only that entry, since a second run would recompute the same numbers.
+    """
+
     description: str
     spec: VariantSpec
+    implementation: Implementation = "native"
+    same_as: Optional[str] = None
 
 
 def _variant(description: str, **changes) -> CatalogEntry:
@@ -32,7 +50,12 @@ CATALOG: dict[str, CatalogEntry] = {
     ),
     "naive-tanh": _variant("naive log(1 - tanh(u)^2 + 1e-6) tanh correction", log_prob="naive"),
     "joint-update": _variant("all losses and gradients from pre-update parameters, then all steps", update_order="joint"),
-    "policy-first": _variant("losses first, then step policy, critics, alpha (the blog's prescription)", update_order="policy-first"),
+    "policy-first": CatalogEntry(
+        "losses first, then step policy, critics, alpha (the blog's prescription); bit-identical to "
+        "joint-update (tests/test_learner.py), so `all` runs joint-update for both",
+        dataclasses.replace(REFERENCE, update_order="policy-first"),
+        same_as="joint-update",
+    ),
     "critic-first": _variant(
         "losses first, then step critics before the policy's backward (expected to fail: in-place error)",
         update_order="critic-first",
@@ -68,7 +91,23 @@ CATALOG: dict[str, CatalogEntry] = {
         "weights, Adam state, input and output layers, losses, targets and log-probs",
         precision="bf16",
     ),
+    "sb3-sac": CatalogEntry(
+        "Stable-Baselines3's SAC (extra sb3) at the reference's settings, under the harness's seeds and "
+        "evaluation. Differs from reference: naive log(1 - tanh(u)^2 + 1e-6) log-prob; critic loss "
+        "0.5*(MSE1 + MSE2) (same steps under Adam but for its eps); per update one policy sample feeds "
+        "the alpha and actor losses; alpha is stepped first, then the critics (target with the pre-step "
+        "alpha), then the actor through the updated critics with the pre-step alpha: the reference's "
+        "sequential arithmetic in another order; warm-up actions, replay indices and policy noise come "
+        "from SB3's global RNGs seeded with the run seed",
+        dataclasses.replace(REFERENCE, log_prob="naive"),
+        implementation="sb3",
+    ),
 }
+
+
+def distinct_variants() -> list[str]:
+    """What `--variants all` runs: every entry but those whose arithmetic another entry computes."""
+    return [name for name, entry in CATALOG.items() if entry.same_as is None]
 
 
 def get_variant(name: str) -> CatalogEntry:
