@@ -42,11 +42,12 @@ from rliable import plot_utils  # noqa: E402
 from variants.catalog import CATALOG, REFERENCE  # noqa: E402
 from variants.spec import field_doc  # noqa: E402
 
-from . import normalization, records, stats  # noqa: E402
+from . import inference, normalization, records, stats  # noqa: E402
 
 REFERENCE_NAME = "reference"
 STATE_COLORS = {"complete": "#4c9a2a", "diverged": "#e69f00", "failed": "#d55e00"}
-VERDICT_CLASSES = {stats.BETTER: "better", stats.WORSE: "worse", stats.NO_DIFFERENCE: "nodiff"}
+VERDICT_CLASSES = {stats.BETTER: "better", stats.WORSE: "worse", stats.NO_DIFFERENCE: "nodiff",
+                   stats.EQUIVALENT: "equiv"}
 DIAGNOSTIC_TITLES = {
     "alpha": "alpha (entropy temperature)",
     "entropy": "policy entropy  -mean(log pi)",
@@ -74,11 +75,12 @@ class ReportSummary:
 # --- entry points --------------------------------------------------------------------------------
 
 
-def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME) -> int:
+def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME,
+                   targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None) -> int:
     """CLI body of `python -m harness report RESULTS --out OUT`: build the report and say where it went.
 
     Returns 0 on success, 2 (after one line on stderr, no traceback) when `results_dir` does not exist
-    or holds no run folder.
+    or holds no readable run.
     """
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
@@ -87,7 +89,10 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_
     if not stats.find_run_folders(results_dir):
         print(f"error: {results_dir} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
         return 2
-    summary = build_report(results_dir, out_dir, reference=reference)
+    if stats.scan_results(results_dir).runs.empty:
+        print(f"error: {results_dir} holds no readable run (every run folder is unfinished or corrupt)", file=sys.stderr)
+        return 2
+    summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms)
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     states = ", ".join(f"{n} {state}" for state, n in summary.state_counts.items() if n)
@@ -97,22 +102,40 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_
 
 
 def build_report(
-    results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME, reps: int = stats.DEFAULT_REPS
+    results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME, reps: int = stats.DEFAULT_REPS,
+    targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
 ) -> ReportSummary:
-    """Read the run records of `results_dir` and write the report into `out_dir` (see module doc)."""
+    """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
+
+    Normalization constants, per env: `targets` / `randoms` ({env: return}, from `report --target
+    --random`), else those the runs recorded (`run --target --random`), else harness.normalization's table.
+    An env with neither is reported in raw returns only and left out of the pooled `all` column.
+    """
+    recorded_targets, recorded_randoms, _ = normalization.recorded(normalization.read_configs(results_dir))
+    with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
+        return _build_report(results_dir, out_dir, reference, reps)
+
+
+def _build_report(results_dir: Path, out_dir: Path, reference: str, reps: int) -> ReportSummary:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
     data = stats.scan_results(results_dir)
-    runs = data.runs
+    # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
+    runs = stats.score_failures(data.runs, data.eval_curves, data.configs)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
-    written.append(_write_runs_csv(out_dir / "runs.csv", runs))
+    written.append(_write_runs_csv(out_dir / "runs.csv", data.runs, runs))
     summary = stats.summary_table(runs, reps)
     written.append(_write_frame(out_dir / "summary.csv", summary))
-    verdicts = stats.verdict_table(runs, reference, reps=reps)
+    verdicts = pd.concat([stats.verdict_table(runs, reference, metric=m, reps=reps) for m in stats.RETURN_METRICS],
+                         ignore_index=True)
     written.append(_write_frame(out_dir / "verdicts.csv", verdicts))
+    power = stats.power_table(verdicts)
+    written.append(_write_frame(out_dir / "power.csv", power))
+    failures = stats.failure_table(runs, reference)
+    written.append(_write_frame(out_dir / "failures.csv", failures))
 
     colors = variant_colors(runs["variant"].tolist(), reference)
     curves = stats.iqm_learning_curves(data.eval_curves, runs, reps)
@@ -120,7 +143,8 @@ def build_report(
     figures = _draw_figures(out_dir, runs, summary, verdicts, curves, diagnostics, colors, reference, reps)
     written.extend(out_dir / f.filename for f in figures)
 
-    page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, figures, reference, reps)
+    page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, figures, reference, reps,
+                       power, failures)
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
     written.append(index)
@@ -147,8 +171,12 @@ def _write_frame(path: Path, frame: pd.DataFrame) -> Path:
     return path
 
 
-def _write_runs_csv(path: Path, runs: pd.DataFrame) -> Path:
-    return _write_frame(path, runs[[*records.RUNS_COLUMNS, "reason"]])
+def _write_runs_csv(path: Path, recorded: pd.DataFrame, scored: pd.DataFrame) -> Path:
+    """runs.csv's columns as recorded, the failure reason, and the scores the statistics used
+    (final_score, auc_score: the recorded returns, or a failed or diverged run's failure score)."""
+    frame = recorded[[*records.RUNS_COLUMNS, "reason"]].assign(
+        final_score=scored["final_return"].to_numpy(), auc_score=scored["auc_return"].to_numpy())
+    return _write_frame(path, frame)
 
 
 # --- colours and names in figures ------------------------------------------------------------------
@@ -227,8 +255,11 @@ def _draw_figures(
             figures += plot_learning_curves(out_dir, env, curves[curves["env"] == env], colors)
         for metric in stats.RETURN_METRICS:
             figures += plot_aggregate_intervals(out_dir, summary, metric, colors)
-        figures += plot_performance_profile(out_dir, runs, colors, reps)
-        figures += plot_probability_of_improvement(out_dir, verdicts, envs, colors, reference)
+        final = verdicts[verdicts["metric"] == "final_return"]
+        for env in envs:
+            figures += plot_paired_differences(out_dir, env, runs, final, colors, reference)
+        figures += plot_performance_profile(out_dir, runs, colors, reps, reference)
+        figures += plot_probability_of_improvement(out_dir, final, envs, colors, reference)
         for env in envs:
             figures += plot_diagnostics(out_dir, env, diagnostics[diagnostics["env"] == env], colors)
         figures += plot_run_states(out_dir, runs, colors)
@@ -287,18 +318,66 @@ def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, 
                        "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate.")]
 
 
-def plot_performance_profile(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any], reps: int) -> list[FigureFile]:
-    """rliable performance profiles (score distributions) of the normalized final return."""
-    done = stats.complete_runs(runs)
-    envs = stats.normalizable_envs(done["env"].tolist())
+def plot_paired_differences(
+    out_dir: Path, env: str, runs: pd.DataFrame, verdicts: pd.DataFrame, colors: Mapping[str, Any], reference: str
+) -> list[FigureFile]:
+    """Per variant: each seed's final-return difference from the reference's run of that seed (dots), the
+    simultaneous interval of the mean difference (bar) and the equivalence band, in the verdicts' units."""
+    tested = verdicts[(verdicts["env"] == env) & verdicts["ci_low"].notna()]
+    if tested.empty:
+        return []
+    variants = stats.variant_order(tested["variant"].tolist())
+    units = tested["units"].iloc[0]
+    margin = tested["margin"].iloc[0]
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.5 * len(variants)))
+    if units == "normalized" and not np.isnan(margin):
+        ax.axvspan(-margin, margin, color="#b8d8b0", alpha=0.45, linewidth=0)
+    ax.axvline(0.0, color="grey", linewidth=1)
+    counted = stats.counted_runs(runs)
+    for row, variant in enumerate(variants):
+        v = tested[tested["variant"] == variant].iloc[0]
+        diffs = stats.paired_differences(counted, env, variant, reference, "final_return", units == "normalized")
+        ax.plot([v["ci_low"], v["ci_high"]], [row, row], color=colors[variant], linewidth=5, alpha=0.6,
+                solid_capstyle="butt")
+        ax.plot([v["difference"]], [row], marker="|", markersize=16, markeredgewidth=2, color="black")
+        jitter = np.linspace(-0.18, 0.18, len(diffs)) if len(diffs) > 1 else np.zeros(len(diffs))
+        ax.scatter(list(diffs.values()), row + jitter, s=16, color=colors[variant], edgecolor="black", linewidth=0.4,
+                   zorder=3)
+        ax.text(1.01, row, v["verdict"], transform=ax.get_yaxis_transform(), va="center", fontsize="small",
+                color="dimgrey")
+    ax.set_yticks(range(len(variants)), [_mpl(v) for v in variants])
+    for label, variant in zip(ax.get_yticklabels(), variants):
+        label.set_color(colors[variant])
+    ax.invert_yaxis()
+    unit_text = "normalized final return" if units == "normalized" else "final return"
+    ax.set_xlabel(_mpl(f"{unit_text}: variant - {reference}, per seed"))
+    ax.set_title(_mpl(f"{env}: paired differences from {reference}"))
+    filename = f"paired_differences_{file_slug(env)}.png"
+    _save(fig, out_dir, filename)
+    family = int(tested["family_size"].iloc[0])
+    band = (f" Green band: the equivalence margin (+-{margin:g} normalized)." if units == "normalized"
+            and not np.isnan(margin) else "")
+    return [FigureFile(filename, "Verdicts", f"Paired differences: {env}",
+                       f"Dots: one per seed, the variant's final return minus the reference's run of the same seed (the "
+                       f"seeds share their environment and evaluation resets). Bar: the mean difference's simultaneous "
+                       f"interval (Bonferroni over the report's {family} final-return comparisons, family-wise 95%); "
+                       f"tick: the mean.{band} The verdict is read off the bar: right of 0 better, left worse, inside "
+                       f"the band equivalent.")]
+
+
+def plot_performance_profile(
+    out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any], reps: int, reference: str = REFERENCE_NAME
+) -> list[FigureFile]:
+    """rliable performance profiles of the normalized final return, one small panel per variant beside the reference."""
+    counted = stats.counted_runs(runs)
+    envs = stats.normalizable_envs(counted["env"].tolist())
     if not envs:
         return []
     scores: dict[str, np.ndarray] = {}
-    for variant in stats.variant_order(done["variant"].tolist()):
-        mine = done[done["variant"] == variant]
-        covered = [e for e in envs if (mine["env"] == e).any()]
-        if covered:
-            scores[variant] = stats.score_dict(mine, "final_return", covered, normalize=True)[variant]
+    for variant in stats.variant_order(counted["variant"].tolist()):
+        mine = counted[counted["variant"] == variant]
+        if all((mine["env"] == e).any() for e in envs):
+            scores[variant] = stats.score_dict(mine, "final_return", envs, normalize=True)[variant]
     if not scores:
         return []
     finite = np.concatenate([m[~np.isnan(m)] for m in scores.values()])
@@ -308,23 +387,34 @@ def plot_performance_profile(out_dir: Path, runs: pd.DataFrame, colors: Mapping[
     margin = max(0.05 * (high - low), 0.01)
     taus = np.linspace(low - margin, high + margin, 81)
     profiles, intervals = stats.performance_profiles(scores, taus, reps)
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    plot_utils.plot_performance_profiles(
-        {_mpl(v): p for v, p in profiles.items()}, taus,
-        performance_profile_cis={_mpl(v): c for v, c in intervals.items()}, ax=ax,
-        colors={_mpl(v): colors[v] for v in profiles}, xlabel=r"normalized final return $\tau$",
-        ylabel=r"fraction of runs with score $> \tau$", labelsize="large", ticklabelsize="medium",
-    )
-    for tau, style in ((1.0, "--"), (0.0, ":")):
-        if taus[0] <= tau <= taus[-1]:
-            ax.axvline(tau, color="grey", linestyle=style, linewidth=1)
-    ax.set_xlim(taus[0], taus[-1])
-    _variant_legend(fig, list(profiles), colors)
+    others = [v for v in profiles if v != reference] or list(profiles)
+    ncols = min(4, len(others))
+    nrows = -(-len(others) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.6 * nrows), sharex=True, sharey=True, squeeze=False)
+    for ax, variant in zip(axes.flat, others):
+        shown = [v for v in (reference, variant) if v in profiles]
+        for v in dict.fromkeys(shown):
+            color = "dimgrey" if v == reference else colors[v]
+            ax.plot(taus, profiles[v], color=color, linewidth=2)
+            ax.fill_between(taus, intervals[v][0], intervals[v][1], color=color, alpha=0.2, linewidth=0)
+        for tau, style in ((1.0, "--"), (0.0, ":")):
+            if taus[0] <= tau <= taus[-1]:
+                ax.axvline(tau, color="grey", linestyle=style, linewidth=1)
+        ax.set_title(_mpl(variant), color=colors[variant], fontsize="medium")
+        ax.set_xlim(taus[0], taus[-1])
+    for ax in axes.flat[len(others):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel(r"normalized final return $\tau$")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(r"runs with score $> \tau$")
+    fig.tight_layout()
     _save(fig, out_dir, "performance_profile.png")
-    return [FigureFile("performance_profile.png", "Aggregate estimates", "Performance profile",
-                       "Fraction of complete runs whose normalized final return exceeds tau (per environment, averaged "
-                       "over environments); band: 95% stratified bootstrap interval. The axis spans the observed scores; dotted: random policy "
-                       "(0), dashed: target (1), where they fall inside it.")]
+    return [FigureFile("performance_profile.png", "Aggregate estimates", "Performance profiles",
+                       f"One panel per variant (its colour) beside {reference} (grey): the fraction of runs whose "
+                       "normalized final return exceeds tau (per environment, averaged over the environments every "
+                       "variant ran), with 95% stratified bootstrap bands. Failed and diverged runs count at their "
+                       "failure score. Dotted: random policy (0), dashed: target (1), where they fall in the axis.")]
 
 
 def plot_probability_of_improvement(
@@ -465,7 +555,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def render_html(
     results_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
     configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], figures: Sequence[FigureFile],
-    reference: str, reps: int,
+    reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
 ) -> str:
     """The report page: verdicts, warnings, differences from the reference, figures, protocol."""
     envs = stats.env_order(runs["env"].tolist())
@@ -480,7 +570,7 @@ def render_html(
         + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")
         + f". Reference: <code>{esc(reference)}</code>. Tables: <a href=\"runs.csv\">runs.csv</a>, "
         "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
-        _verdict_section(verdicts, runs, envs, reference),
+        _verdict_section(verdicts, runs, envs, reference, power, failures),
         _identical_note(runs),
         same_as_note(runs),
         _warning_section(warnings),
@@ -498,7 +588,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:0.6em 0 1.2em}th,td{border:1px solid #ccc;padding:0.3em 0.6em;
 vertical-align:top;text-align:left}th{background:#f2f2f2}small{color:#555}
-td.better{background:#d8f0d0}td.worse{background:#f8d4cc}td.nodiff{background:#f2f2f2}td.other{color:#777}
+td.better{background:#d8f0d0}td.worse{background:#f8d4cc}td.nodiff{background:#f2f2f2}td.equiv{background:#e4eef8}td.other{color:#777}
 .warn{background:#fff4d6;border:1px solid #e0b84c;padding:0.5em 1em}
 figure{margin:1em 0 2em}figure img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:0.9em}
 code{background:#f4f4f4;padding:0 0.2em}.lead{font-size:1.05em}
@@ -512,14 +602,39 @@ def _unfinished_text(runs: pd.DataFrame, variant: str, env: str) -> str:
                      if s != "complete" and (mine["state"] == s).any())
 
 
-def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str], reference: str) -> str:
+def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str], reference: str,
+                     power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None) -> str:
+    final = verdicts[verdicts["metric"] == "final_return"] if not verdicts.empty else verdicts
+    family = int(final["family_size"].max()) if not final.empty else 0
     intro = (f"<h2>Verdicts: each variant vs <code>{esc(reference)}</code></h2>\n"
-             "<p>From the final return of complete runs. PoI = P(a run of the variant beats a run of the reference), "
-             "with its 95% stratified bootstrap interval: <em>better</em> if the interval lies entirely above 0.5, "
-             "<em>worse</em> if entirely below, else <em>no detectable difference</em>. <em>all</em> averages the "
-             "PoI over the environments where both have enough complete runs.</p>\n")
+             "<p>From the final return, in normalized score where the environment has constants (0 = uniform random "
+             "policy, 1 = target; raw return otherwise). Each cell compares the runs of the same seed (they share "
+             "their environment and evaluation resets): the mean per-seed difference with its <em>simultaneous</em> "
+             "interval, paired Student t (Welch's unpaired t where the seeds do not match). "
+             f"<strong>Family:</strong> the {family} final-return comparisons of this report (per environment and, over "
+             "two or more environments, <em>all</em>); <strong>method:</strong> Bonferroni t intervals at level "
+             f"1 - 0.05/{max(family, 1)} each; <strong>level:</strong> the chance that any cell of the table says better "
+             "or worse when nothing differs is at most 5% (the auc_return verdicts below are a second family at the "
+             "same level). <em>better</em> / <em>worse</em>: the interval lies above / below 0; <em>equivalent</em>: "
+             f"it lies inside +-{inference.EQUIVALENCE_MARGIN:g} normalized (a difference too small to matter); "
+             "<em>no detectable difference</em>: neither, and the cell says how large a difference the runs would "
+             "have detected with 80% probability (so a smaller one may exist). Failed and diverged runs count, scored "
+             "as a random policy from where they stopped.</p>\n")
     if verdicts.empty:
         return intro + "<p>No variant other than the reference was run.</p>\n"
+    out = [intro, _verdict_grid(final, runs, envs)]
+    auc = verdicts[verdicts["metric"] == "auc_return"]
+    if not auc.empty:
+        out.append("<h3>auc_return (the mean over a run's evaluations)</h3>")
+        out.append(_verdict_grid(auc, runs, envs))
+    if power is not None and not power.empty:
+        out.append(_power_section(power))
+    if failures is not None:
+        out.append(_failure_rate_section(failures, reference))
+    return "\n".join(out)
+
+
+def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str]) -> str:
     panels = [*envs, stats.ALL_ENVS]
     rows = []
     for variant in stats.variant_order(verdicts["variant"].tolist()):
@@ -531,18 +646,51 @@ def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[
                 continue
             v = match.iloc[0]
             css = VERDICT_CLASSES.get(v["verdict"], "other")
-            detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}"
+            label = v["verdict"]
+            if label == stats.EQUIVALENT:
+                label = f"equivalent within +-{v['margin']:g}"
+            detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}" + ("" if v["paired"] or np.isnan(v["difference"]) else ", unpaired")
             unfinished = _unfinished_text(runs, variant, env)
             if unfinished:
                 detail += f" ({unfinished})"
-            if not np.isnan(v["poi"]):
-                detail = f"PoI {v['poi']:.2f} [{v['poi_ci_low']:.2f}, {v['poi_ci_high']:.2f}], " + detail
+            if not np.isnan(v["difference"]):
+                units = "" if v["units"] == "normalized" else " return"
+                detail = (f"diff {v['difference']:+.3g}{units} [{v['ci_low']:+.3g}, {v['ci_high']:+.3g}]; " + detail)
+                if v["verdict"] == stats.NO_DIFFERENCE:
+                    detail += f"; none larger than {v['mdd']:.2g} missed (80% power)"
+                if not np.isnan(v["poi"]):
+                    detail += f"; PoI {v['poi']:.2f}"
             if env == stats.ALL_ENVS and v["envs_compared"] and v["envs_compared"].split(";") != list(envs):
                 detail += f"; over {v['envs_compared'].replace(';', ', ')} only"
-            cells.append(f'<td class="{css}"><strong>{esc(v["verdict"])}</strong><br><small>{esc(detail)}</small></td>')
+            cells.append(f'<td class="{css}"><strong>{esc(label)}</strong><br><small>{esc(detail)}</small></td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th>variant</th>" + "".join(f"<th>{esc(e)}</th>" for e in panels) + "</tr>"
-    return intro + f"<table class=\"verdicts\"><thead>{head}</thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n"
+    return f"<table class=\"verdicts\"><thead>{head}</thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n"
+
+
+def _power_section(power: pd.DataFrame) -> str:
+    rows = []
+    for r in power.itertuples(index=False):
+        seeds = "" if np.isnan(r.seeds_for_target_median) else f"{r.seeds_for_target_median:.0f}"
+        rows.append((r.metric, r.env, r.n_compared, f"{r.mdd_median:.3g}", f"{r.mdd_max:.3g}", seeds, r.units))
+    return ("<h3>What these runs could detect</h3>\n<p>Minimum detectable difference: the true difference that a "
+            "comparison detects with 80% probability at the family's level, from each comparison's own spread and "
+            f"number of seeds (median and largest over the variants compared). Seeds for {inference.TARGET_DIFFERENCE:g}: "
+            f"how many seeds per variant would detect a difference of {inference.TARGET_DIFFERENCE:g} normalized at the same "
+            "spread and level (median over variants). See <a href=\"power.csv\">power.csv</a>.</p>\n"
+            + _table(["metric", "env", "comparisons", "detectable (median)", "detectable (largest)",
+                      f"seeds for {inference.TARGET_DIFFERENCE:g}", "units"], rows))
+
+
+def _failure_rate_section(failures: pd.DataFrame, reference: str) -> str:
+    if failures.empty:
+        return f"<h3>Failure rates</h3>\n<p>No run of any variant or of {esc(reference)} failed or diverged.</p>\n"
+    rows = [(r.env, r.variant, f"{r.failed}/{r.n_runs}", f"{r.reference_failed}/{r.n_reference_runs}",
+             f"{r.p_value:.3g}", f"{r.p_holm:.3g}") for r in failures.itertuples(index=False)]
+    return ("<h3>Failure rates</h3>\n<p>Runs that failed or diverged, against the reference's in the same env: "
+            "Fisher's exact test, two-sided, Holm-adjusted over the rows of this table (reject at 0.05). "
+            "<a href=\"failures.csv\">failures.csv</a>.</p>\n"
+            + _table(["env", "variant", "failed or diverged", esc(reference), "p", "p (Holm)"], rows))
 
 
 def identical_variants(runs: pd.DataFrame) -> list[list[str]]:
@@ -673,8 +821,20 @@ def _summary_section(summary: pd.DataFrame) -> str:
         rows.append(row)
     header = ["variant", *[f"{e} (normalized)" if e == stats.ALL_ENVS else e for e in envs]]
     return ("<h2>Final return (IQM, 95% CI)</h2>\n<p>Raw returns per environment; <em>all</em>: normalized scores "
-            "(0 = uniform random policy, 1 = target) pooled over the environments each variant has complete runs in. "
-            "Every metric is in <a href=\"summary.csv\">summary.csv</a>.</p>\n" + _table(header, rows))
+            "(0 = uniform random policy, 1 = target) pooled over the same environments for every variant (failed and "
+            "diverged runs at their failure score). "
+            "Every metric is in <a href=\"summary.csv\">summary.csv</a>.</p>\n" + _table(header, rows)
+            + _raw_only_note(envs))
+
+
+def _raw_only_note(envs: Sequence[str]) -> str:
+    """Says which envs have no normalization constants, hence raw returns only and no part in `all`."""
+    raw = [e for e in envs if e != stats.ALL_ENVS and not normalization.can_normalize(e)]
+    if not raw:
+        return ""
+    return (f"<p>No target and random return are known for {esc(', '.join(raw))}: raw returns only, and left out "
+            "of the pooled <em>all</em> column (give <code>--target ENV=RETURN --random ENV=RETURN</code> to "
+            "<code>harness run</code> or <code>harness report</code> to include them).</p>\n")
 
 
 def _figure_sections(figures: Sequence[FigureFile], runs: pd.DataFrame) -> str:
@@ -750,7 +910,10 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
     out.append("<h3>Statistics</h3>")
     out.append(
         "<ul>"
-        "<li>Only complete runs enter aggregates, curves and verdicts; failed and diverged runs are counted and listed.</li>"
+        "<li>Every run enters aggregates and verdicts: a failed or diverged run is scored as if its policy were a "
+        "uniform random one from where it stopped (final return: the lower of its last evaluation and R_random; "
+        "auc_return: its evaluations, then R_random for the missing points; for an env without R_random, the lowest "
+        "complete run's return). Learning curves show complete runs only.</li>"
         f"<li>Intervals: 95% percentile intervals of rliable's stratified bootstrap ({reps} replications; each "
         "environment's runs resampled independently), seeded from what each estimates, so a rebuilt report gives "
         "identical numbers.</li>"
@@ -758,14 +921,17 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
         "per-environment means. Optimality gap: threshold minus the mean of min(score, threshold); threshold R_target on raw "
         "returns, 1 on normalized scores; lower is better.</li>"
         "<li>final_return: the last evaluation's mean return; auc_return: the mean over all of a run's evaluations.</li>"
-        f"<li>Verdicts need at least {stats.MIN_RUNS_FOR_VERDICT} complete runs on each side (otherwise <em>too few "
-        "runs</em>): with one run the bootstrap interval has no width.</li>"
+        "<li>Verdicts: see the rule above the verdict table; PoI, rliable's probability of improvement, is shown "
+        "beside each as an effect size, not as the test.</li>"
+        f"<li>Verdicts need at least {stats.MIN_RUNS_FOR_VERDICT} runs on each side (otherwise <em>too few "
+        "runs</em>): below that a t interval has too few degrees of freedom to detect anything.</li>"
         "<li>Normalized score = (R - R_random) / (R_target - R_random); R_random measured with "
         "<code>python -m harness.random_baseline</code> (100 episodes per env, uniform random actions, seed 0).</li>"
         "</ul>"
     )
     out.append(_table(["env", "R_random", "R_target"],
-                      [(e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}") for e in normalization.R_TARGET]))
+                      [(e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}")
+                       for e in stats.env_order(runs["env"].tolist()) if normalization.can_normalize(e)]))
     out.append("<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>")
     return "\n".join(out) + "\n"
 

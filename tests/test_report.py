@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import records, report, stats
+from harness import normalization, records, report, stats
 from test_stats import write_cell, write_run
 
 MALICIOUS = "<img src=x onerror=alert(1)>&\"'"  # a legal folder name that is also HTML
@@ -71,11 +71,12 @@ def test_report_writes_tables_figures_and_page(built) -> None:
 def test_failed_diverged_and_corrupt_runs_are_listed(built) -> None:
     _, out, summary = built
     rows = read_rows(out / "runs.csv")
-    assert list(rows[0]) == [*records.RUNS_COLUMNS, "reason"]
+    assert list(rows[0]) == [*records.RUNS_COLUMNS, "reason", "final_score", "auc_score"]
     states = {(r["variant"], r["seed"]): r for r in rows}
     assert states[("critic-first", "0")]["state"] == "failed"
     assert "failed on purpose" in states[("critic-first", "0")]["reason"]
-    assert states[("critic-first", "0")]["final_return"] == ""
+    assert states[("critic-first", "0")]["final_return"] == ""  # as recorded
+    assert float(states[("critic-first", "0")]["final_score"]) == normalization.R_RANDOM["Pendulum-v1"]
     assert states[("alpha-loss", "0")]["state"] == "diverged"
     assert ("alpha-loss", "1") not in states  # corrupt: skipped, not half-read
     assert len(summary.warnings) == 2
@@ -84,9 +85,9 @@ def test_failed_diverged_and_corrupt_runs_are_listed(built) -> None:
     page = (out / "index.html").read_text()
     assert "runs/Pendulum-v1/alpha-loss/seed_1" in page and "Warnings" in page
     assert "RuntimeError: failed on purpose" in page and "RuntimeError: diverged on purpose" in page
-    # Neither enters an aggregate.
+    # Both enter the aggregates at their failure score; the corrupt folder does not.
     summary_rows = read_rows(out / "summary.csv")
-    assert {r["variant"] for r in summary_rows} == {"reference", "naive-tanh", MALICIOUS}
+    assert {r["variant"] for r in summary_rows} == {"reference", "naive-tanh", MALICIOUS, "critic-first", "alpha-loss"}
 
 
 def test_summary_and_verdict_files(built) -> None:
@@ -98,12 +99,15 @@ def test_summary_and_verdict_files(built) -> None:
                        for a in ("iqm", "mean", "median", "optimality_gap")}
     for row in summary:
         assert float(row["ci_low"]) <= float(row["estimate"]) + 1e-9 <= float(row["ci_high"]) + 2e-9
-    verdicts = {(r["env"], r["variant"]): r for r in read_rows(out / "verdicts.csv")}
+    verdicts = {(r["env"], r["variant"]): r for r in read_rows(out / "verdicts.csv") if r["metric"] == "final_return"}
     assert verdicts[("Pendulum-v1", "naive-tanh")]["verdict"] == stats.WORSE
     assert verdicts[("all", "naive-tanh")]["verdict"] == stats.WORSE
     assert verdicts[("Pendulum-v1", "critic-first")]["verdict"] == stats.TOO_FEW_RUNS
     page = (out / "index.html").read_text()
-    assert "PoI 0.00 [0.00, 0.00]" in page  # the interval is shown beside the verdict
+    row = verdicts[("Pendulum-v1", "naive-tanh")]
+    shown = f"diff {float(row['difference']):+.3g} [{float(row['ci_low']):+.3g}, {float(row['ci_high']):+.3g}]"
+    assert shown in page  # the simultaneous interval is shown beside the verdict
+    assert "Family:" in page and "Bonferroni" in page
 
 
 def test_differences_are_generated_from_the_specs(built) -> None:
@@ -157,7 +161,10 @@ def test_only_failed_runs_still_report(tmp_path: Path) -> None:
     (failed / "diagnostics.csv").write_text((failed / "diagnostics.csv").read_text().splitlines()[0] + "\n")
     summary = report.build_report(tmp_path / "res", tmp_path / "out")
     assert summary.state_counts["failed"] == 1
-    assert read_rows(tmp_path / "out" / "summary.csv") == []
+    # Scored as a random policy: the only number it has.
+    iqm = [r for r in read_rows(tmp_path / "out" / "summary.csv") if r["metric"] == "final_return_iqm"]
+    assert [(r["env"], float(r["estimate"])) for r in iqm] == [("Pendulum-v1", normalization.R_RANDOM["Pendulum-v1"]),
+                                                               ("all", 0.0)]
     assert "critic-first" in summary.index_html.read_text()
 
 
@@ -197,3 +204,12 @@ def test_variants_with_identical_returns_are_grouped():
     assert report.identical_variants(pd.DataFrame(rows)) == [["joint-update", "policy-first"]]
     rows[-3]["final_return"] = -1.0  # policy-first seed 2 now differs: no group left
     assert report.identical_variants(pd.DataFrame(rows)) == []
+
+
+def test_report_of_a_folder_with_nothing_readable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_run(tmp_path / "res", "Pendulum-v1", "reference", 0, -200.0)
+    (folder / "status.json").unlink()  # unfinished
+    assert report.report_command(tmp_path / "res", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no readable run" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "index.html").exists()
