@@ -17,15 +17,17 @@ from typing import Sequence
 
 from variants.catalog import CATALOG, REFERENCE, CatalogEntry, distinct_variants
 from variants.spec import VariantSpec, parse_override, with_overrides
+from variants.userfile import VariantFileError, load_variants_file
 
 from .check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
 from .check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
-from .envs import ENV_IDS
+from .envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
+from . import normalization
 from . import grid
 from .implementations import TRAINERS
 from .records import WriteError
 from .train import Interrupted
-from .profiles import PROFILES, budget_for
+from .profiles import PROFILES, NoBudget, budget_for
 
 
 class UsageError(Exception):
@@ -88,16 +90,66 @@ def apply_overrides(assignments: Sequence[str], variants: dict[str, CatalogEntry
     return overrides, out
 
 
-def select_variants(text: str, assignments: Sequence[str]) -> tuple[dict, dict[str, CatalogEntry]]:
+def user_variants(path: str | None) -> dict[str, CatalogEntry]:
+    """The variants of `--variants-file` ({} without one); a bad file is a usage error."""
+    if path is None:
+        return {}
+    try:
+        return load_variants_file(path)
+    except VariantFileError as exc:
+        raise UsageError(f"--variants-file {exc}") from None
+
+
+def resolve_envs(text: str, kwargs_text: str | None) -> dict[str, EnvRef]:
+    """`--envs` (ids, module:Class or all) and `--env-kwargs` as {label: EnvRef}. Each env is made once
+    here, so one that cannot be made or trained (discrete or unbounded actions) is a usage error."""
+    try:
+        kwargs = parse_env_kwargs(kwargs_text)
+        names = list(ENV_IDS) if text.strip() == "all" else [n.strip() for n in text.split(",") if n.strip()]
+        if not names:
+            raise EnvError(f"--envs {text!r}: no environment given")
+        refs = [EnvRef.of(name, kwargs) for name in dict.fromkeys(names)]
+        for ref in refs:
+            env_info(ref)
+    except EnvError as exc:
+        raise UsageError(f"--envs: {exc}") from None
+    return {ref.label: ref for ref in refs}
+
+
+def reference_returns(args: argparse.Namespace, refs: dict[str, EnvRef] | None = None) -> tuple[dict, dict]:
+    """`--target` and `--random` as ({env label: return}, {env label: return}). With `refs` (a run) each
+    ENV must be one of the run's envs, given as its id, its module:Class or its label."""
+    try:
+        targets = normalization.parse_reference_returns(args.target, "--target")
+        randoms = normalization.parse_reference_returns(args.random, "--random")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if refs is not None:
+        names = {**{ref.entry: label for label, ref in refs.items()}, **{label: label for label in refs}}
+        unknown = sorted((set(targets) | set(randoms)) - set(names))
+        if unknown:
+            raise UsageError(f"--target/--random: {', '.join(unknown)} is not among --envs ({', '.join(names)})")
+        targets = {names[k]: v for k, v in targets.items()}
+        randoms = {names[k]: v for k, v in randoms.items()}
+    try:
+        normalization.check_distinct(targets, randoms)
+    except ValueError as exc:
+        raise UsageError(f"--target/--random: {exc}") from None
+    return targets, randoms
+
+
+def select_variants(text: str, assignments: Sequence[str],
+                    user: dict[str, CatalogEntry] | None = None) -> tuple[dict, dict[str, CatalogEntry]]:
     """`--variants` and `--set` resolved to catalog entries that can train here.
 
     `all` means every distinct entry (`distinct_variants`: none whose arithmetic another computes) that
     can run in this Python with these overrides; one that cannot (a peer library not installed, or a
     spec it cannot realize) is left out with a note on stderr. Named explicitly, it is a usage error.
     """
+    catalog = {**CATALOG, **(user or {})}  # a --variants-file's entries join the catalog's names
     everything = text.strip() == "all"
-    names = distinct_variants() if everything else _split_names(text, list(CATALOG), "variant")
-    overrides, variants = apply_overrides(assignments, {n: CATALOG[n] for n in names})
+    names = [*distinct_variants(), *(user or {})] if everything else _split_names(text, list(catalog), "variant")
+    overrides, variants = apply_overrides(assignments, {n: catalog[n] for n in names})
     for name, entry in list(variants.items()):
         trainer = TRAINERS[entry.implementation]
         missing = trainer.missing()
@@ -115,8 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="train a grid of variants x envs x seeds")
-    run.add_argument("--variants", required=True, help="comma-separated catalog names, or all")
-    run.add_argument("--envs", default="all", help="comma-separated gymnasium ids, or all (default)")
+    run.add_argument("--variants", required=True, help="comma-separated catalog (or --variants-file) names, or all")
+    run.add_argument("--variants-file", default=None, metavar="TOML",
+                     help="more variants: [[variant]] tables of name, description and spec fields (README)")
+    run.add_argument("--envs", default="all",
+                     help="comma-separated gymnasium ids (any with Box observations and bounded Box actions) "
+                          "or module:Class / module:factory, or all (default: the benchmark's three)")
+    run.add_argument("--env-kwargs", default=None, metavar="JSON",
+                     help="keyword arguments for making every env of --envs, a JSON object")
     run.add_argument("--seeds", type=_positive_int("--seeds"), default=5, help="seeds 0..N-1 (default 5)")
     run.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps per run (default: the profile's)")
     run.add_argument("--profile", default="quick", help=f"budget profile: {', '.join(PROFILES)} (default quick)")
@@ -134,8 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
     run.add_argument("--no-report", action="store_true", help="do not build a report at the end")
+    run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,
+                     help="episodes per evaluation (default: the profile's)")
+    run.add_argument("--tensorboard", action="store_true",
+                     help="also write evaluation returns and diagnostics as TensorBoard scalars (extra tensorboard)")
+    _add_reference_returns(run)
 
-    sub.add_parser("list", help="variants, environments and profiles")
+    listing = sub.add_parser("list", help="variants, environments and profiles")
+    listing.add_argument("--variants-file", default=None, metavar="TOML", help="also list the variants of this file")
 
     check = sub.add_parser("check", help="regression-check learning curves against a committed baseline")
     check.add_argument("--baseline", default=str(DEFAULT_BASELINE), help=f"baseline folder (default {DEFAULT_BASELINE})")
@@ -155,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--results", default=None,
                        help="compare this results folder instead of training (its seeds --seed-offset.. if given)")
     check.add_argument("--update-baseline", action="store_true", help="train and write the runs as the new baseline")
+    check.add_argument("--variants-file", default=None, metavar="TOML", help="more variants (as for run)")
     check.add_argument("--false-alarms", action="store_true",
                        help="with --results (runs of unchanged code, seeds other than the baseline's): run the "
                             "check on every disjoint --seeds-sized seed set and count the failures")
@@ -168,12 +233,24 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
+    _add_reference_returns(report)
+
+    export = sub.add_parser("export", help="write each run's final policy as ONNX or TorchScript, and check it")
+    export.add_argument("results", help="results folder, e.g. results/latest")
+    export.add_argument("--format", default="onnx", choices=("onnx", "torchscript"), help="default onnx")
     return parser
 
 
-def cmd_list() -> int:
+def _add_reference_returns(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", action="append", default=[], metavar="ENV=RETURN",
+                        help="normalization target return of ENV (normalized score 1), overriding the table (repeatable)")
+    parser.add_argument("--random", action="append", default=[], metavar="ENV=RETURN",
+                        help="random-policy return of ENV (normalized score 0), overriding the table (repeatable)")
+
+
+def cmd_list(variants_file: str | None = None) -> int:
     print("Variants (differences from reference):")
-    for name, entry in CATALOG.items():
+    for name, entry in {**CATALOG, **user_variants(variants_file)}.items():
         diff = entry.spec.differences(REFERENCE)
         changes = ", ".join(f"{k}={v[0]}" for k, v in diff.items()) or "-"
         if entry.implementation != "native":
@@ -182,9 +259,14 @@ def cmd_list() -> int:
             changes += f"; same arithmetic as {entry.same_as} (not run by --variants all)"
         print(f"  {name:14s} {entry.description}")
         print(f"  {'':14s} fields: {changes}")
-    print("Environments:")
+    print("Environments (--envs all):")
     for env_id in ENV_IDS:
         print(f"  {env_id}")
+    print("  and any other Gymnasium id with Box observations and bounded Box actions (MuJoCo's with the mujoco")
+    print("  extra), or module:Class / module:factory with --env-kwargs JSON; these need --steps")
+    print("Normalization (R_random -> R_target; elsewhere give --target ENV=RETURN --random ENV=RETURN):")
+    for env_id in normalization.R_TARGET:
+        print(f"  {env_id:26s} {normalization.R_RANDOM[env_id]:10g} -> {normalization.R_TARGET[env_id]:g}")
     print("Profiles (env steps per run):")
     for p in PROFILES.values():
         steps = ", ".join(f"{k} {v:,}" for k, v in p.steps.items())
@@ -197,10 +279,22 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.backend == "ray" and not ray_backend.ray_available():
         raise UsageError(ray_backend.INSTALL_HINT)
-    envs = _split_names(args.envs, list(ENV_IDS), "env")
+    if args.tensorboard:
+        from . import tensorboard_log
+
+        if not tensorboard_log.available():
+            raise UsageError(tensorboard_log.INSTALL_HINT)
     if args.profile not in PROFILES:
         raise UsageError(f"unknown profile {args.profile!r}; valid: {', '.join(PROFILES)}")
-    overrides, variants = select_variants(args.variants, args.overrides)
+    overrides, variants = select_variants(args.variants, args.overrides, user_variants(args.variants_file))
+    refs = resolve_envs(args.envs, args.env_kwargs)
+    envs = list(refs)
+    targets, randoms = reference_returns(args, refs)
+    try:
+        # A registered id keeps its profile budget whatever its kwargs; other envs need --steps.
+        budgets = {label: budget_for(args.profile, ref.entry, args.steps, args.eval_episodes) for label, ref in refs.items()}
+    except NoBudget as exc:
+        raise UsageError(str(exc)) from None
     device = _resolve_device(args.device)
     members = args.members or (args.seeds if device == "cuda" else 1)
     out = Path(args.out)
@@ -209,8 +303,10 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(problem)
     request = grid.GridRequest(
         variants=variants, overrides=overrides, envs=envs, seeds=list(range(args.seeds)),
-        budgets={e: budget_for(args.profile, e, args.steps) for e in envs}, out=out, device=device,
-        members=members, command=("python", "-m", "harness", *argv),
+        budgets=budgets, out=out, device=device, members=members, command=("python", "-m", "harness", *argv),
+        env_refs=refs, tensorboard=args.tensorboard,
+        normalization={e: {k: v for k, v in (("target", targets.get(e)), ("random", randoms.get(e))) if v is not None}
+                       for e in envs if e in targets or e in randoms},
     )
     try:
         jobs, skipped = grid.plan(request, fresh=args.fresh)
@@ -235,7 +331,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     counts = grid.print_state_table([r for r in rows if r["variant"] in variants and r["env"] in envs])
     print(f"runs.csv in {out}")
     if not args.no_report:
-        cmd_report(out, None)
+        cmd_report(out, None, targets, randoms)
     bad = sum(v for k, v in counts.items() if k != "complete")
     return 1 if args.strict and bad else 0
 
@@ -243,7 +339,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from . import check
 
-    overrides, variants = select_variants(args.variants, args.overrides)
+    overrides, variants = select_variants(args.variants, args.overrides, user_variants(args.variants_file))
     variant_names = list(variants)
     budget = budget_for("ci", check.CHECK_ENV, args.steps)
     baseline = Path(args.baseline)
@@ -335,14 +431,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(results: Path, out: Path | None) -> int:
+def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None) -> int:
+    """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones."""
     try:
         from .report import report_command
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
     out = out or Path("reports") / Path(results).resolve().name
-    return report_command(Path(results), Path(out))
+    return report_command(Path(results), Path(out), targets=targets, randoms=randoms)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import ExportError, export_command
+
+    try:
+        return export_command(Path(args.results), args.format)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -353,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "list":
-            return cmd_list()
+            return cmd_list(args.variants_file)
         if args.command == "run":
             return cmd_run(args, argv)
         if args.command == "check":
@@ -363,7 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             if not Path(args.results).is_dir():
                 raise UsageError(f"report: no results folder at {args.results}")
-            return cmd_report(Path(args.results), Path(args.out) if args.out else None)
+            return cmd_report(Path(args.results), Path(args.out) if args.out else None, *reference_returns(args))
+        if args.command == "export":
+            return cmd_export(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

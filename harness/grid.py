@@ -12,13 +12,14 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from variants.catalog import CatalogEntry
 
 from . import records
+from .envs import EnvRef
 from .profiles import Budget
 from .implementations import TRAINERS, run_job
 from .train import Interrupted, Job, identity
@@ -47,6 +48,14 @@ class GridRequest:
     device: str
     members: int  # seeds per job
     command: tuple[str, ...]
+    env_refs: Mapping[str, EnvRef] = field(default_factory=dict)  # env label -> how to make it (default: the id)
+    normalization: Mapping[str, dict] = field(default_factory=dict)  # env label -> --target/--random given
+    tensorboard: bool = False
+
+    def job_options(self, env_id: str) -> dict:
+        """The Job fields that depend on the env and on options that change no result."""
+        return {"env_ref": self.env_refs.get(env_id), "normalization": self.normalization.get(env_id),
+                "tensorboard": self.tensorboard}
 
 
 def run_state(path: Path) -> str | None:
@@ -71,7 +80,7 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
             for seed in request.seeds:
                 probe = Job(name, entry.description, entry.spec, request.overrides, env_id, (seed,),
                             request.budgets[env_id], str(request.out), request.device, request.command,
-                            entry.implementation)
+                            entry.implementation, **request.job_options(env_id))
                 path = records.run_dir(request.out, env_id, name, seed)
                 if fresh:
                     shutil.rmtree(path, ignore_errors=True)
@@ -96,7 +105,7 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
                 chunk = tuple(todo[i : i + per_job])
                 jobs.append(Job(name, entry.description, entry.spec, request.overrides, env_id, chunk,
                                 request.budgets[env_id], str(request.out), request.device, request.command,
-                                entry.implementation))
+                                entry.implementation, **request.job_options(env_id)))
     # The cheapest environment first, and seed-major within it: every variant gets seed k before any
     # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
     jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))

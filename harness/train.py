@@ -24,7 +24,9 @@ from variants.rewards import transform_reward
 from variants.spec import VariantSpec
 
 from . import records
-from .envs import EnvInfo, LockstepEnvs, env_info, make_vector_env
+from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, make_vector_env
+from .policy import save_final_policy
+from .tensorboard_log import ScalarLog
 from .profiles import Budget
 
 EVAL_SEED_BASE = 1_000_000
@@ -46,6 +48,14 @@ class Job:
     device: str = "cpu"
     command: tuple[str, ...] = ()
     implementation: Implementation = "native"  # the code that trains it (`harness.implementations`)
+    env_ref: Optional[EnvRef] = None  # how to make the env when it is not the registered id `env_id`
+    normalization: Optional[dict] = None  # {"target", "random"} given by --target / --random for env_id
+    tensorboard: bool = False  # also write evaluation returns and diagnostics as TensorBoard scalars
+
+    @property
+    def environment(self) -> EnvRef:
+        """The environment to make (`env_id` is its label in records and folders)."""
+        return self.env_ref or EnvRef(self.env_id)
 
     @property
     def key(self) -> str:
@@ -68,6 +78,10 @@ class Job:
             "git_commit": records.git_commit(),
             "platform": records.platform_info(),
             "command": list(self.command),
+            "env_entry": self.environment.entry,
+            "env_kwargs": self.environment.kwargs,
+            "differences": {k: a for k, (a, _) in self.spec.differences(VariantSpec()).items()},
+            "normalization": self.normalization,
         }
 
 
@@ -79,6 +93,11 @@ def identity(config: dict) -> dict:
     """
     out = {k: config.get(k) for k in ("variant", "spec", "env", "seed", "budget")}
     out["implementation"] = config.get("implementation", "native")  # runs recorded before the field were native
+    # A registered id without kwargs is named by `env` alone, as in runs (and checkpoints) recorded
+    # before other environments existed; any other env adds how it was made.
+    entry, kwargs = config.get("env_entry") or config.get("env"), config.get("env_kwargs") or {}
+    if entry != config.get("env") or kwargs:
+        out["env_entry"], out["env_kwargs"] = entry, kwargs
     try:
         out["spec"] = VariantSpec.from_dict(out["spec"]).to_dict()
     except (TypeError, ValueError):
@@ -208,16 +227,17 @@ def train_job(
     """
     start = time.perf_counter()
     torch_device = torch.device(job.device)
-    info = env_info(job.env_id)
+    info = env_info(job.environment)
     spec, budget, s = job.spec, job.budget, len(job.seeds)
     members = [MemberRecord(seed, records.run_dir(Path(job.out), job.env_id, job.variant, seed)) for seed in job.seeds]
     for m in members:
         records.write_json(m.path / "config.json", job.run_config(m.seed))
 
-    envs = LockstepEnvs(job.env_id, s)
-    eval_env = make_vector_env(job.env_id, s * budget.eval_episodes)
+    envs = LockstepEnvs(job.environment, s)
+    eval_env = make_vector_env(job.environment, s * budget.eval_episodes)
     ckpt = checkpoint_path(job)
     step, elapsed_before, reported = 0, 0.0, 0
+    scalars: Optional[ScalarLog] = None
     try:
         learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, job.seeds, torch_device)
         buffer = ReplayBuffer(s, min(spec.buffer_size, budget.total_steps), info.obs_dim, info.act_dim, torch_device)
@@ -236,6 +256,7 @@ def train_job(
             obs = envs.reset(list(job.seeds))
         reported = step
         eval_steps, save_steps = set(budget.eval_steps()), checkpoint_steps(budget)
+        scalars = ScalarLog(members, step) if job.tensorboard else None
 
         def save_checkpoint() -> None:
             records.save_torch(ckpt, {
@@ -256,7 +277,7 @@ def train_job(
             to_env = env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
             to_env[[not m.active for m in members]] = 0.0  # a diverged member's NaNs stay out of its env
             next_obs, reward, terminated, truncated, final_obs = envs.step(to_env)
-            done = store_transition(buffer, spec, job.env_id, obs, action, reward, final_obs, terminated, truncated)
+            done = store_transition(buffer, spec, job.environment.entry, obs, action, reward, final_obs, terminated, truncated)
             obs = next_obs
             step += 1
             ep_return += reward
@@ -276,6 +297,8 @@ def train_job(
                         m.eval_rows.append((step, float(r.mean()), float(r.std()), int(r.size)))
                         m.env_steps = step
                         m.write_curves()
+                if scalars is not None:
+                    scalars.flush(members)
             if not any(m.active for m in members):
                 break
             if step in save_steps:
@@ -294,13 +317,16 @@ def train_job(
     finally:
         envs.close()
         eval_env.close()
+        if scalars is not None:
+            scalars.close(members)
     if on_progress is not None and step > reported:
         on_progress(step - reported)
     wall = elapsed_before + time.perf_counter() - start
     rows = []
-    for m in members:
+    for i, m in enumerate(members):
         if m.active:
             m.env_steps = step
+            save_final_policy(m.path, learner, i, info, job.run_config(m.seed), step)
         m.write_curves()
         status = m.write_status(wall)
         rows.append({"env": job.env_id, "variant": job.variant, "seed": m.seed, "state": status["state"],
