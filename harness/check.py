@@ -4,7 +4,8 @@ The rule (also in the README): for every checked variant and for each of final_r
 the new runs' IQM of normalized score must not fall below the baseline's 95% bootstrap interval (of the
 IQM over its seeds) by more than `tolerance` (default 0.15 of the way from a random policy to the
 target return; the README gives the false-alarm measurement behind it). A run that fails or diverges
-where the baseline's completed is a regression too.
+where the baseline's run of the same seed completed is a regression too; other runs that fail or diverge
+count at their failure score (`stats.score_failures`), so any number of seeds can be checked.
 Fixed-seed CPU runs are reproducible on one platform, so the check also says whether the curves are
 identical to the baseline's: identical is the strongest pass; a difference on the same platform
 fingerprint is printed as a warning (the learner's arithmetic changed), never a failure by itself.
@@ -50,11 +51,13 @@ class MetricCheck:
     threshold: float  # baseline.low - tolerance
     new_states: str
     baseline_states: str
+    baseline_complete: frozenset = frozenset()  # seeds whose baseline run completed
+    lost_seeds: tuple = ()  # of those, the seeds whose new run failed or diverged
 
     @property
     def regression(self) -> bool:
-        if self.new_states != self.baseline_states and "complete" in self.baseline_states:
-            return True  # runs that completed in the baseline now fail or diverge
+        if self.lost_seeds:
+            return True  # a seed that completed in the baseline now fails or diverges
         if np.isnan(self.baseline.estimate):
             return False  # no completed baseline run: nothing learned to regress from
         return not (self.new >= self.threshold)
@@ -114,18 +117,30 @@ def _baseline_checks(base_runs, variants: Sequence[str], tolerance: float, reps:
             else:
                 seed = stats.stable_seed("check", variant, metric)
                 interval = stats.aggregate_intervals(base_scores[:, None], gamma=None, reps=reps, seed=seed)["iqm"]
-            checks.append(MetricCheck(variant, metric, interval, float("nan"), interval.low - tolerance, "", _states(base)))
+            complete = frozenset(int(x) for x in stats.complete_runs(base)["seed"])
+            checks.append(MetricCheck(variant, metric, interval, float("nan"), interval.low - tolerance, "",
+                                      _states(base), complete))
     return checks
 
 
 def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
-    """`check` completed with the IQM and run states of `new`, that variant's new runs (non-empty)."""
+    """`check` completed with the IQM and run states of `new`, that variant's new runs (non-empty, with
+    failed and diverged runs scored by `stats.score_failures`, so that they pull the IQM down)."""
     from . import stats
     from .normalization import normalized_score
 
-    scores = normalized_score(stats.complete_runs(new)[check.metric].to_numpy(float), CHECK_ENV)
+    scores = normalized_score(stats.counted_runs(new)[check.metric].to_numpy(float), CHECK_ENV)
     iqm = float(stats.interquartile_mean(scores)) if scores.size else float("nan")
-    return dataclasses.replace(check, new=iqm, new_states=_states(new))
+    lost = tuple(sorted(int(r.seed) for r in new.itertuples(index=False)
+                        if r.state != "complete" and int(r.seed) in check.baseline_complete))
+    return dataclasses.replace(check, new=iqm, new_states=_states(new), lost_seeds=lost)
+
+
+def _scored(results) -> "pd.DataFrame":
+    """The runs of a `stats.RunRecords`, failed and diverged ones scored."""
+    from . import stats
+
+    return stats.score_failures(results.runs, results.eval_curves, results.configs)
 
 
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
@@ -140,8 +155,9 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
     warnings = [*base_records.warnings, *new_records.warnings]
     checks: list[MetricCheck] = []
+    scored = _scored(new_records)
     for check in _baseline_checks(base_records.runs, variants, tolerance, reps, baseline_dir):
-        runs = new_records.runs
+        runs = scored
         new = runs[(runs.variant == check.variant) & (runs.env == CHECK_ENV)]
         if seeds is not None:
             new = new[new.seed.isin(list(seeds))]
@@ -195,7 +211,7 @@ def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[
 
     base_runs = stats.scan_results(baseline_dir).runs
     baseline_checks = _baseline_checks(base_runs, variants, tolerance, reps, baseline_dir)
-    runs = stats.scan_results(results_dir).runs
+    runs = _scored(stats.scan_results(results_dir))
     runs = runs[runs.env == CHECK_ENV]
     per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
     seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - set(base_runs["seed"]))
@@ -266,6 +282,8 @@ def format_outcome(outcome: CheckOutcome, tolerance: float, overridden: bool = F
     for c in outcome.checks:
         base = f"{c.baseline.estimate:.3f} [{c.baseline.low:.3f}, {c.baseline.high:.3f}]"
         result = "REGRESSION" if c.regression else "ok"
+        if c.lost_seeds:
+            result += f" (seed(s) {', '.join(map(str, c.lost_seeds))} completed in the baseline, now did not)"
         if c.new_states != c.baseline_states:
             result += f" (runs: {c.new_states}; baseline: {c.baseline_states})"
         lines.append(f"{c.variant:14s} {c.metric:13s} {base:>28s} {c.threshold:10.3f} {c.new:8.3f}  {result}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from variants.catalog import CATALOG, REFERENCE, CatalogEntry, distinct_variants
+from variants.networks import PRECISIONS
 from variants.spec import VariantSpec, parse_override, with_overrides
 from variants.userfile import VariantFileError, load_variants_file
 
@@ -26,7 +27,7 @@ from . import normalization
 from . import grid
 from .implementations import TRAINERS
 from .records import WriteError
-from .train import Interrupted
+from .train import Interrupted, no_update_reason
 from .profiles import PROFILES, NoBudget, budget_for
 
 
@@ -229,6 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=_positive_int("--repeats"), default=100, help="timed updates per case")
     bench.add_argument("--steps", type=_positive_int("--steps"), default=3000, help="env steps of the end-to-end case")
     bench.add_argument("--members", default="1,4,8,16", help="member counts to time (default 1,4,8,16)")
+    bench.add_argument("--precisions", default="fp32,bf16", help="spec precisions to time side by side (default fp32,bf16)")
+
+    gpu = sub.add_parser("gpu-check", help="GPU readiness: CUDA tests, member independence, bench and a short grid, "
+                                            "figures to OUT/gpu_check.txt (under 8 minutes)")
+    gpu.add_argument("--out", required=True, help="folder for gpu_check.txt and the grid's runs")
+    gpu.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                     help="cuda (default); cpu runs the same steps on the CPU, with --sizes smoke a test of this command")
+    gpu.add_argument("--sizes", default="gpu", choices=("gpu", "smoke"), help="gpu (default) or smoke: tiny sizes")
+    gpu.add_argument("--only", default="all", help="comma-separated steps (default all): environment, tests, "
+                                                  "independence, bench, grid")
 
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
@@ -295,6 +306,11 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         budgets = {label: budget_for(args.profile, ref.entry, args.steps, args.eval_episodes) for label, ref in refs.items()}
     except NoBudget as exc:
         raise UsageError(str(exc)) from None
+    for name, entry in variants.items():
+        for env, budget in budgets.items():
+            reason = no_update_reason(entry.spec, budget.total_steps)
+            if reason:
+                raise UsageError(f"{name} on {env}: {reason}: the run would make no gradient update")
     device = _resolve_device(args.device)
     members = args.members or (args.seeds if device == "cuda" else 1)
     out = Path(args.out)
@@ -425,10 +441,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--members {args.members!r}: expected comma-separated whole numbers") from None
     if not members or min(members) < 1:
         raise UsageError("--members: each count must be >= 1")
+    precisions = _split_names(args.precisions, list(PRECISIONS), "precision")
     device = _resolve_device(args.device)
-    for line in run_bench(device, args.repeats, args.steps, members):
+    for line in run_bench(device, args.repeats, args.steps, members, precisions):
         print(line, flush=True)
     return 0
+
+
+def cmd_gpu_check(args: argparse.Namespace) -> int:
+    from .gpu_check import STEPS, run_gpu_check
+
+    steps = _split_names(args.only, list(STEPS), "step")
+    _resolve_device(args.device)  # no CUDA device: one line and exit 2 before anything runs
+    problem = grid.check_writable(Path(args.out))
+    if problem:
+        raise UsageError(problem)
+    return run_gpu_check(Path(args.out), args.device, args.sizes, steps)
 
 
 def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None) -> int:
@@ -466,6 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args, argv)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "gpu-check":
+            return cmd_gpu_check(args)
         if args.command == "report":
             if not Path(args.results).is_dir():
                 raise UsageError(f"report: no results folder at {args.results}")

@@ -85,6 +85,21 @@ class Job:
         }
 
 
+def no_update_reason(spec: VariantSpec, total_steps: int) -> str | None:
+    """Why a run of `spec` over `total_steps` env steps would make no gradient update, or None.
+
+    The loop updates after step t when t > learning_starts and the buffer holds a batch; the buffer
+    holds at most min(buffer_size, total_steps) transitions.
+    """
+    collectable = min(spec.buffer_size, total_steps)
+    if spec.batch_size > collectable:
+        return (f"batch_size={spec.batch_size} exceeds the {collectable} transitions the run can collect "
+                f"(the smaller of buffer_size and its {total_steps} env steps)")
+    if spec.learning_starts >= total_steps:
+        return f"learning_starts={spec.learning_starts} is not below the run's {total_steps} env steps"
+    return None
+
+
 def identity(config: dict) -> dict:
     """The part of a config that decides what a run computes (so a rerun may reuse it).
 

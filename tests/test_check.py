@@ -55,6 +55,25 @@ def test_failed_runs_fail_even_with_good_returns_elsewhere(tmp_path, capsys):
     write_run(new, ENV, "reference", 2, 0.0, state="failed")
     code, out = run_check(base, new, capsys)
     assert code == 1 and "runs: 2 complete, 1 failed; baseline: 3 complete" in out
+    assert "seed(s) 2 completed in the baseline, now did not" in out
+
+
+def test_fewer_seeds_than_the_baseline_are_checked_on_their_scores(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    good = make_results(tmp_path / "good", [-155.0])
+    assert run_check(base, good, capsys, "--seeds", "1")[0] == 0
+    bad = make_results(tmp_path / "bad", [-1207.6])
+    assert run_check(base, bad, capsys, "--seeds", "1")[0] == 1
+
+
+def test_a_seed_the_baseline_lacks_may_fail_without_being_a_lost_seed(tmp_path, capsys):
+    base = make_baseline(tmp_path / "base")
+    new = make_results(tmp_path / "new", [-150.0, -160.0, -170.0, -150.0, -160.0])
+    write_run(new, ENV, "reference", 5, 0.0, state="diverged")  # seed 5: scored as a random policy
+    outcome = check.compare(base, new, ["reference"], reps=500)
+    final = next(c for c in outcome.checks if c.metric == "final_return")
+    assert final.lost_seeds == ()
+    assert outcome.passed  # one run of six at 0 moves the IQM (the middle four) little
 
 
 def test_threshold_is_interval_low_minus_tolerance(tmp_path):
@@ -111,7 +130,9 @@ def test_committed_baseline_has_the_default_variants_at_the_ci_budget():
 
 
 @pytest.mark.slow
-def test_check_catches_a_sign_flip_in_the_actor_loss(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("flip", [False, True])
+def test_check_catches_a_sign_flip_in_the_actor_loss(tmp_path, monkeypatch, capsys, flip):
+    # The same command passes on unchanged code and fails with the bug: the check, not its arguments, decides.
     import variants.learner as learner_module
 
     original = learner_module.actor_loss
@@ -120,11 +141,15 @@ def test_check_catches_a_sign_flip_in_the_actor_loss(tmp_path, monkeypatch, caps
         loss, pi = original(learner, batch, noise, critic)
         return -loss, pi  # the bug: the policy now descends the soft value
 
-    monkeypatch.setattr(learner_module, "actor_loss", flipped)
+    if flip:
+        monkeypatch.setattr(learner_module, "actor_loss", flipped)
     code = main(["check", "--baseline", str(COMMITTED_BASELINE), "--variants", "reference", "--seeds", "1",
                  "--workers", "1", "--out", str(tmp_path / "check")])
     out = capsys.readouterr().out
-    assert code == 1 and "REGRESSION" in out and "check: FAIL" in out
+    if flip:
+        assert code == 1 and "REGRESSION" in out and "check: FAIL" in out
+    else:
+        assert code == 0 and "REGRESSION" not in out and "check: PASS" in out
 
 
 def test_results_seeds_can_be_chosen(tmp_path, capsys):

@@ -1,3 +1,4 @@
+import dataclasses
 import copy
 import math
 
@@ -195,10 +196,14 @@ def test_actor_gradient_goes_through_the_right_critic(order, critic_used):
     assert any((g - o).abs().max() > 1e-5 for g, o in zip(got, other))  # the two really differ
 
 
-def test_critic_first_raises_the_inplace_error():
+@pytest.mark.parametrize("members, hidden", [(1, (16, 16)), (3, (16, 16)), (3, (10, 10)), (2, (7,))])
+def test_critic_first_raises_the_inplace_error(members, hidden):
+    # Widths whose per-member weight size is no multiple of MEMBER_ALIGN would split the critics into
+    # per-member leaves for other orders; critic-first must still raise (not step silently).
     spec = tiny_spec(update_order="critic-first")
-    learner = make_learner(spec)
-    buf = filled_buffer(1)
+    spec = dataclasses.replace(spec, hidden_sizes=hidden)
+    learner = make_learner(spec, seeds=range(members))
+    buf = filled_buffer(members)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         learner.update(buf.sample(spec.batch_size, learner.generators))
 

@@ -44,8 +44,8 @@ def _variant(description: str, **changes) -> CatalogEntry:
 
 CATALOG: dict[str, CatalogEntry] = {
     "reference": CatalogEntry(
-        "SAC with twin critics, softplus-stable tanh log-prob, per-loss stepping, auto entropy "
-        "(SB3-like defaults: lr 3e-4, batch 256, 256x256)",
+        "SAC with twin critics, softplus-stable tanh log-prob (Stable-Baselines3 uses the naive form: see "
+        "sb3-sac), per-loss stepping, auto entropy (target -|A|), lr 3e-4, batch 256, 256x256",
         REFERENCE,
     ),
     "naive-tanh": _variant("naive log(1 - tanh(u)^2 + 1e-6) tanh correction", log_prob="naive"),
@@ -75,7 +75,9 @@ CATALOG: dict[str, CatalogEntry] = {
     "blog-sac2": _variant(
         "the blog's code as written: naive-scaled log-prob, policy-first, 256-256-256 xavier, lr 3e-4, "
         "batch 128, alpha 0.036 for one update then learned from log_alpha=0, unscaled exploration actions "
-        "(random warm-up actions kept from the reference)",
+        "(random warm-up actions kept from the reference). Like the blog's select_action, evaluation maps "
+        "actions onto the bounds, so where the bounds are wider than [-1, 1] (Pendulum: +-2) it is evaluated "
+        "with torques up to twice the range it trained with",
         log_prob="naive-scaled",
         update_order="policy-first",
         hidden_sizes=(256, 256, 256),

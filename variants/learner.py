@@ -263,7 +263,10 @@ class SACLearner:
         init_gens = [torch.Generator().manual_seed(s) for s in seeds]
         hidden = list(spec.hidden_sizes)
         self.actor_params = init_mlp([obs_dim, *hidden, 2 * act_dim], init_gens, spec.init, 1, self.device)
-        self.critic_params = init_mlp([obs_dim + act_dim, *hidden, 1], init_gens, spec.init, 2, self.device)
+        # An order that steps the critics under the policy loss's live graph keeps them unsplit, so the
+        # in-place error is raised at any width and member count.
+        split = spec.update_order not in STEPS_UNDER_LIVE_GRAPH
+        self.critic_params = init_mlp([obs_dim + act_dim, *hidden, 1], init_gens, spec.init, 2, self.device, split)
         self.critic_target_params = self.critic_params.detached_copy()
         self.log_alpha_params = MemberParams(
             [torch.full((self.members,), spec.resolved_initial_log_alpha(), device=self.device)], self.members

@@ -30,14 +30,16 @@ class MemberParams:
     own leaf; any other (output biases, log-alpha) is held as one leaf per member and concatenated by
     `tensors()`, so that each member's values are updated by exactly the arithmetic they get when the
     member is trained alone. With one member every tensor is its own leaf and `tensors()` copies nothing.
+    `split=False` keeps every tensor one leaf whatever its size: an optimizer step then writes the very
+    tensors a live graph saved, so autograd's in-place check sees it (see learner.STEPS_UNDER_LIVE_GRAPH).
     """
 
-    def __init__(self, stacked: Sequence[torch.Tensor], members: int, requires_grad: bool = True):
+    def __init__(self, stacked: Sequence[torch.Tensor], members: int, requires_grad: bool = True, split: bool = True):
         self.members = members
         self._parts: list[list[torch.Tensor]] = []
         for t in stacked:
             t = t.detach()
-            if members == 1 or (t.numel() // members) % MEMBER_ALIGN == 0:
+            if members == 1 or not split or (t.numel() // members) % MEMBER_ALIGN == 0:
                 parts = [t.clone()]
             else:
                 parts = [c.clone() for c in t.chunk(members)]
@@ -97,13 +99,14 @@ def init_mlp(
     init: str,
     copies_per_member: int = 1,
     device: torch.device | str = "cpu",
+    split: bool = True,
 ) -> "MemberParams":
     """Initialise stacked MLPs with layer widths `sizes` (input, hidden..., output).
 
     Member m's `copies_per_member` networks are drawn from `generators[m]` (a CPU generator), one
     network after the other, so a member's initial weights do not depend on how many members are
     stacked. Returns them as MemberParams whose `tensors()` have shapes (M, in, out) and (M, 1, out),
-    M = len(generators) * copies_per_member (float32, requiring grad).
+    M = len(generators) * copies_per_member (float32, requiring grad); `split` as MemberParams takes it.
     """
     make = INITIALIZERS[init]
     per_network: list[list[torch.Tensor]] = []
@@ -117,7 +120,7 @@ def init_mlp(
         torch.stack([net[i] for net in per_network]).to(device=device, dtype=torch.float32)
         for i in range(len(per_network[0]))
     ]
-    return MemberParams(stacked, len(generators))
+    return MemberParams(stacked, len(generators), split=split)
 
 
 # CPU GEMM kernels (torch 2.13 on an AVX-512 host) are slow when the output has a number of columns that
