@@ -1,14 +1,17 @@
 """`python -m harness bench`: what one SAC update costs, against the FLOP floor and Stable-Baselines3.
 
-Printed in one run, on one torch thread:
+Printed in one run, on one torch thread, for each precision asked for (`VariantSpec.precision`; by
+default fp32 and bf16):
 - the time of one full update (S = 1) of the reference variant on Pendulum-v1's dimensions;
-- its GEMM FLOP count, and the floor: the same GEMMs (shapes derived from the networks) run back to back
-  and nothing else, each in its fastest orientation, timed in rounds alternating with the update's;
+- its GEMM FLOP count, and each precision's floor: the same GEMMs (shapes derived from the networks)
+  run back to back and nothing else, each its fastest way (orientation, and for bf16 also the dtype:
+  bf16 or fp32, as the bf16 update picks); updates and floors timed in alternating rounds, every round
+  printed;
 - the same update with 16x16 networks: the per-update cost that does not scale with width;
 - member scaling: time per member-update for S = 1, 4, 8, 16;
-- end to end: environment steps per second on Pendulum-v1 with one update per step (the training loop
-  of `harness.train` without evaluations), and Stable-Baselines3's SAC at identical settings when it is
-  installed (`pip install -e ".[bench]"`), with the ratio.
+- end to end: environment steps per second on Pendulum-v1 with one update per step after the warm-up
+  (the training loop of `harness.train` without evaluations), each precision and Stable-Baselines3's
+  SAC at identical settings when it is installed (`pip install -e ".[bench]"`), in alternating runs.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from variants.actions import env_action
 from variants.buffer import ReplayBuffer
 from variants.catalog import REFERENCE
 from variants.learner import SACLearner
+from variants.networks import PRECISIONS as NETWORK_PRECISIONS
 from variants.spec import VariantSpec
 
 from .envs import LockstepEnvs, env_info
@@ -78,26 +82,31 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _orientations(b: int, m: int, k: int, n: int, device: torch.device) -> list[Callable[[], torch.Tensor]]:
-    """Ways to compute the same random products (m x k) @ (k x n), `b` of them, into preallocated outputs: as
-    written, as the transpose of (b^T a^T), and for k = 1 as a broadcast multiply. The GEMM kernels'
-    speed depends on the orientation (see `variants.networks.stacked_matmul`), the FLOPs do not."""
-    x, w = torch.randn(b, m, k, device=device), torch.randn(b, k, n, device=device)
-    out, out_t = torch.empty(b, m, n, device=device), torch.empty(b, n, m, device=device)
+def _orientations(b: int, m: int, k: int, n: int, device: torch.device,
+                  dtype: torch.dtype = torch.float32) -> list[Callable[[], torch.Tensor]]:
+    """Ways to compute the same random products (m x k) @ (k x n), `b` of them, in `dtype`, into
+    preallocated outputs: as written, as the transpose of (b^T a^T), and for k = 1 as a broadcast
+    multiply. The GEMM kernels' speed depends on the orientation (see `variants.networks.stacked_matmul`),
+    the FLOPs do not."""
+    x, w = torch.randn(b, m, k, device=device, dtype=dtype), torch.randn(b, k, n, device=device, dtype=dtype)
+    out = torch.empty(b, m, n, device=device, dtype=dtype)
+    out_t = torch.empty(b, n, m, device=device, dtype=dtype)
     ways = [lambda: torch.bmm(x, w, out=out), lambda: torch.bmm(w.mT, x.mT, out=out_t).mT]
     if k == 1:
         ways.append(lambda: torch.mul(x, w, out=out))
     return ways
 
 
-def fastest_ways(gemms: Sequence[Gemm], device: torch.device, trials: int = 20) -> list[Callable[[], torch.Tensor]]:
-    """Per product of `gemms`, the way to compute it (`_orientations`) with the lowest median time."""
+def fastest_ways(gemms: Sequence[Gemm], device: torch.device, trials: int = 20,
+                 dtypes: Sequence[torch.dtype] = (torch.float32,)) -> list[Callable[[], torch.Tensor]]:
+    """Per product of `gemms`, the way to compute it (`_orientations`, in any of `dtypes`) with the
+    lowest median time."""
     def timed(way):
         def run():
             way()
             _sync(device)
         return _median_ms(run, trials, 2)
-    return [min(_orientations(*g, device), key=timed) for g in gemms]
+    return [min((way for dtype in dtypes for way in _orientations(*g, device, dtype)), key=timed) for g in gemms]
 
 
 def time_floor(ways: Sequence[Callable[[], torch.Tensor]], repeats: int, device: torch.device) -> float:
@@ -142,19 +151,35 @@ def time_update(spec: VariantSpec, members: int, repeats: int, device: torch.dev
     return _median_ms(update_runner(spec, members, device, env_id), repeats, max(5, repeats // 10))
 
 
-def update_and_floor_rounds(spec: VariantSpec, gemms: Sequence[Gemm], repeats: int, rounds: int,
-                            device: torch.device) -> list[tuple[float, float]]:
-    """(update ms, floor ms) per round, the two timed alternately, `repeats` updates in all.
+def alternating_rounds(cases: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
+    """Each case's figure in each of `rounds` rounds: [round][case].
 
-    A shared machine's speed drifts by tens of percent within a minute; timing the update and the
-    floor in alternating rounds gives each round's ratio the same conditions on both sides.
+    A shared machine's speed drifts by tens of percent within a minute; running the cases in turn
+    within every round gives each round's ratios the same conditions on all sides, and reversing the
+    order every other round keeps a steady drift from always favouring the case that runs first.
     """
-    update = update_runner(spec, 1, device)
-    ways = fastest_ways(gemms, device)
+    out = []
+    for r in range(rounds):
+        order = range(len(cases)) if r % 2 == 0 else reversed(range(len(cases)))
+        figures = [0.0] * len(cases)
+        for i in order:
+            figures[i] = cases[i]()
+        out.append(figures)
+    return out
+
+
+def update_and_floor_rounds(specs: Sequence[VariantSpec], floors: Sequence[Sequence[Callable[[], torch.Tensor]]],
+                            repeats: int, rounds: int, device: torch.device) -> list[list[float]]:
+    """Per round, the ms of one update of each spec (S = 1) then of each floor (`time_floor` of a
+    list of ways), all timed in alternating rounds, `repeats` updates of each spec in all."""
+    updates = [update_runner(spec, 1, device) for spec in specs]
     per_round = max(1, repeats // rounds)
-    for _ in range(max(5, repeats // 10)):
-        update()
-    return [(_median_ms(update, per_round, 2), time_floor(ways, per_round, device)) for _ in range(rounds)]
+    for update in updates:
+        for _ in range(max(5, repeats // 10)):
+            update()
+    cases = [lambda u=u: _median_ms(u, per_round, 2) for u in updates]
+    cases += [lambda w=w: time_floor(w, per_round, device) for w in floors]
+    return alternating_rounds(cases, rounds)
 
 
 def env_steps_per_second(spec: VariantSpec, steps: int, device: torch.device, env_id: str = "Pendulum-v1") -> float:
@@ -204,55 +229,105 @@ def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str
 
 ROUNDS = 5
 E2E_ROUNDS = 2
+PRECISIONS = ("fp32", "bf16")
+
+
+def _floor_dtypes(precision: str) -> tuple[torch.dtype, ...]:
+    """The dtypes a precision's floor may compute a product in: its own and float32, as the learner
+    computes the narrow layers in float32 where the precision's products are slower
+    (`variants.networks.layer_dtypes`)."""
+    own = NETWORK_PRECISIONS[precision]
+    return (own,) if own == torch.float32 else (own, torch.float32)
+
+
+def _spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
+    return ", ".join(fmt.format(v) for v in values)
+
+
+def _update_lines(precisions: Sequence[str], rounds: list[list[float]], flops: int, gemm_count: int) -> list[str]:
+    """The S = 1 table: every round, the medians, and each ratio with its per-round values."""
+    n = len(precisions)
+    updates = {p: [r[i] for r in rounds] for i, p in enumerate(precisions)}
+    floors = {p: [r[n + i] for r in rounds] for i, p in enumerate(precisions)}
+    header = "".join(f"{p + ' update':>13s}" for p in precisions) + "".join(f"{p + ' floor':>13s}" for p in precisions)
+    lines = [f"S=1, ms per call, {len(rounds)} rounds (updates and floors timed alternately):", f"  {'round':>6s}{header}"]
+    for k, r in enumerate(rounds):
+        lines.append(f"  {k + 1:6d}" + "".join(f"{v:13.2f}" for v in r))
+    lines.append(f"  {'median':>6s}" + "".join(f"{statistics.median(v):13.2f}" for v in [*updates.values(), *floors.values()]))
+    lines.append(f"its {gemm_count} GEMMs:               {flops / 1e9:8.3f} GFLOP")
+    for p in precisions:
+        update_ms, floor_ms = statistics.median(updates[p]), statistics.median(floors[p])
+        ratios = [u / f for u, f in zip(updates[p], floors[p])]
+        lines += [
+            f"full update, S=1, {p}:      {update_ms:8.2f} ms  (median of {len(rounds)} rounds)",
+            f"floor (those GEMMs alone), {p}: {floor_ms:6.2f} ms  ({flops / floor_ms / 1e6:.0f} GFLOP/s; back to back, "
+            + ("each product in its fastest orientation)" if len(_floor_dtypes(p)) == 1 else
+               f"each product its fastest way in {p} or fp32)"),
+            f"update / floor, {p}:        {statistics.median(ratios):8.2f} x  (per round {_spread(ratios)})",
+        ]
+    for p in precisions:
+        if p == "fp32" or "fp32" not in precisions:
+            continue
+        to_update = [u / f for u, f in zip(updates[p], updates["fp32"])]
+        to_floor = [u / f for u, f in zip(updates[p], floors["fp32"])]
+        lines += [
+            f"{p} update / fp32 update:  {statistics.median(to_update):8.2f} x  (per round {_spread(to_update)})",
+            f"{p} update / fp32 floor:   {statistics.median(to_floor):8.2f} x  (per round {_spread(to_floor)})",
+        ]
+    return lines
+
+
+def _e2e_lines(names: Sequence[str], rounds: list[list[float]], steps: int, warmup: int) -> list[str]:
+    lines = [f"end to end, Pendulum-v1, {steps} steps ({warmup} warm-up, then one update per step), "
+             f"env steps/s, {len(rounds)} alternating rounds:",
+             f"  {'round':>6s}" + "".join(f"{n:>20s}" for n in names)]
+    for k, r in enumerate(rounds):
+        lines.append(f"  {k + 1:6d}" + "".join(f"{v:20.1f}" for v in r))
+    medians = [statistics.median(r[i] for r in rounds) for i in range(len(names))]
+    lines.append(f"  {'median':>6s}" + "".join(f"{m:20.1f}" for m in medians))
+    if names[-1] == "Stable-Baselines3":
+        for i, name in enumerate(names[:-1]):
+            ratios = [r[i] / r[-1] for r in rounds]
+            lines.append(f"  {name} / SB3 = {statistics.median(ratios):.2f} x  (per round {_spread(ratios)})")
+    return lines
 
 
 def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 3000,
-              members: Sequence[int] = (1, 4, 8, 16)) -> list[str]:
-    """Measure and return the printed table's lines."""
+              members: Sequence[int] = (1, 4, 8, 16), precisions: Sequence[str] = PRECISIONS,
+              rounds: int = ROUNDS, e2e_rounds: int = E2E_ROUNDS) -> list[str]:
+    """Measure and return the printed table's lines. `precisions`: values of `VariantSpec.precision`."""
     torch.set_num_threads(1)
     device = torch.device(device_name)
-    spec = REFERENCE
+    specs = {p: dataclasses.replace(REFERENCE, precision=p) for p in precisions}
+    spec = next(iter(specs.values()))
     info = env_info("Pendulum-v1")
     lines = [f"sacbench bench: reference on Pendulum-v1 dimensions (obs {info.obs_dim}, act {info.act_dim}), "
              f"hidden {'x'.join(map(str, spec.hidden_sizes))}, batch {spec.batch_size}, device {device}, "
-             f"torch {torch.__version__}, {torch.get_num_threads()} thread"]
+             f"torch {torch.__version__}, {torch.get_num_threads()} thread, precisions {', '.join(precisions)}"]
     gemms = update_gemms(info.obs_dim, info.act_dim, spec.hidden_sizes, spec.batch_size, 1)
-    rounds = update_and_floor_rounds(spec, gemms, repeats, ROUNDS, device)
-    update_ms = statistics.median(u for u, _ in rounds)
-    floor_ms = statistics.median(f for _, f in rounds)
-    ratios = [u / f for u, f in rounds]
-    flops = gemm_flops(gemms)
-    lines += [
-        f"full update, S=1:            {update_ms:8.2f} ms  (median of {len(rounds)} rounds)",
-        f"its {len(gemms)} GEMMs:               {flops / 1e9:8.3f} GFLOP",
-        f"floor (those GEMMs alone):   {floor_ms:8.2f} ms  ({flops / floor_ms / 1e6:.0f} GFLOP/s; "
-        "back to back, each product in its fastest orientation)",
-        f"update / floor:              {statistics.median(ratios):8.2f} x  (per round {min(ratios):.2f} to {max(ratios):.2f}, "
-        "update and floor timed alternately)",
-    ]
+    floors = [fastest_ways(gemms, device, dtypes=_floor_dtypes(p)) for p in precisions]
+    table = update_and_floor_rounds(list(specs.values()), floors, repeats, rounds, device)
+    lines += _update_lines(precisions, table, gemm_flops(gemms), len(gemms))
     # The same update on tiny networks: what an update costs whatever the width (Python, dispatch,
     # autograd, optimizer and elementwise-op overheads), the part a faster GEMM cannot remove.
-    tiny = dataclasses.replace(spec, hidden_sizes=(16, 16))
+    tiny = dataclasses.replace(REFERENCE, hidden_sizes=(16, 16))
     lines += [
-        f"same update, 16x16 networks: {time_update(tiny, 1, repeats, device):8.2f} ms  (the cost that does not scale with width)",
-        "member scaling (time per member-update):",
+        f"same update, 16x16 networks: {time_update(tiny, 1, repeats, device):8.2f} ms  (fp32; the cost that does not scale with width)",
+        "member scaling (time per member-update; in brackets per update of all members):",
     ]
     for s in members:
-        ms = time_update(spec, s, max(10, repeats // s), device)
-        lines.append(f"  S={s:<3d} {ms / s:8.2f} ms per member  ({ms:8.2f} ms per update of all members)")
-    lines.append(f"end to end, Pendulum-v1, {e2e_steps} steps ({spec.learning_starts} warm-up), one update per step:")
+        cells = []
+        for p, sp in specs.items():
+            ms = time_update(sp, s, max(10, repeats // s), device)
+            cells.append(f"{p} {ms / s:8.2f} ms ({ms:8.2f})")
+        lines.append(f"  S={s:<4d} " + "   ".join(cells))
+    # Alternating runs, as above: each round's ratios compare the runs under the same conditions.
+    cases = [lambda sp=sp: env_steps_per_second(sp, e2e_steps, device) for sp in specs.values()]
+    names = [f"sacbench {p}" for p in precisions]
+    if sb3_installed():
+        cases.append(lambda: sb3_steps_per_second(spec, e2e_steps, device_name))
+        names.append("Stable-Baselines3")
+    lines += _e2e_lines(names, alternating_rounds(cases, e2e_rounds), e2e_steps, spec.learning_starts)
     if not sb3_installed():
-        ours = env_steps_per_second(spec, e2e_steps, device)
-        lines.append(f"  sacbench:            {ours:8.1f} env steps/s")
         lines.append('  Stable-Baselines3:   not installed (pip install -e ".[bench]")')
-        return lines
-    # Alternating runs, as above: each round's ratio compares the two under the same conditions.
-    pairs = [(env_steps_per_second(spec, e2e_steps, device), sb3_steps_per_second(spec, e2e_steps, device_name))
-             for _ in range(E2E_ROUNDS)]
-    ratios = [ours / theirs for ours, theirs in pairs]
-    lines.append(f"  sacbench:            {statistics.median(p[0] for p in pairs):8.1f} env steps/s  "
-                 f"(median of {len(pairs)} runs alternating with SB3's)")
-    lines.append(f"  Stable-Baselines3:   {statistics.median(p[1] for p in pairs):8.1f} env steps/s  "
-                 f"(sacbench / SB3 = {statistics.median(ratios):.2f} x; per round "
-                 + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     return lines

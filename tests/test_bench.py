@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from harness.bench import _orientations, gemm_flops, run_bench, update_gemms
+from harness.bench import _orientations, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
 
 
 def test_update_gemm_shapes_and_flops_by_hand():
@@ -19,19 +19,43 @@ def test_reference_update_is_about_half_a_gflop_on_pendulum():
 
 
 def test_bench_prints_every_figure():
-    lines = run_bench("cpu", repeats=2, e2e_steps=1010, members=(1, 2))
+    lines = run_bench("cpu", repeats=2, e2e_steps=1010, members=(1, 2), rounds=2)
     text = "\n".join(lines)
-    for needle in ("full update, S=1:", "GFLOP", "floor (those GEMMs alone):", "update / floor:", "16x16 networks:", "S=2",
-                   "sacbench:", "Stable-Baselines3:"):
+    for needle in ("full update, S=1, fp32:", "full update, S=1, bf16:", "GFLOP", "floor (those GEMMs alone), fp32:",
+                   "floor (those GEMMs alone), bf16:", "update / floor, bf16:", "bf16 update / fp32 update:",
+                   "bf16 update / fp32 floor:", "16x16 networks:", "S=2", "sacbench fp32", "sacbench bf16",
+                   "Stable-Baselines3"):
         assert needle in text
+    # every round of the S=1 table is printed: its number, 2 updates and 2 floors, all positive
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["round"])
+    rows = [line.split() for line in lines[header + 1:header + 4]]
+    assert [r[0] for r in rows] == ["1", "2", "median"] and all(len(r) == 5 for r in rows)
+    assert all(float(v) > 0 for r in rows for v in r[1:])
 
 
+def test_alternating_rounds_reverse_the_order_every_other_round():
+    calls = []
+    rounds = alternating_rounds([lambda: calls.append("a") or 1.0, lambda: calls.append("b") or 2.0], 3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert rounds == [[1.0, 2.0]] * 3
+
+
+def test_bf16_floor_picks_each_product_in_bf16_or_fp32():
+    gemms = [(1, 64, 64, 64), (2, 64, 64, 1)]
+    ways = fastest_ways(gemms, torch.device("cpu"), trials=2, dtypes=(torch.bfloat16, torch.float32))
+    outputs = [way() for way in ways]
+    assert [tuple(o.shape) for o in outputs] == [(1, 64, 64), (2, 64, 1)]
+    assert all(o.dtype in (torch.bfloat16, torch.float32) for o in outputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("gemm", [(2, 256, 256, 1), (1, 256, 256, 2), (2, 256, 1, 256), (1, 3, 256, 256)])
-def test_every_way_the_floor_times_computes_the_same_product(gemm):
-    ways = _orientations(*gemm, torch.device("cpu"))
+def test_every_way_the_floor_times_computes_the_same_product(gemm, dtype):
+    ways = _orientations(*gemm, torch.device("cpu"), dtype)
     b, m, k, n = gemm
     assert len(ways) == (3 if k == 1 else 2)
     first = ways[0]().clone()
-    assert first.shape == (b, m, n)
+    assert first.shape == (b, m, n) and first.dtype == dtype
     for way in ways[1:]:
-        torch.testing.assert_close(way(), first, rtol=1e-5, atol=1e-4)
+        # bf16 outputs are rounded to 8 significant bits, whichever kernel summed them
+        torch.testing.assert_close(way(), first, rtol=1e-5 if dtype == torch.float32 else 2**-7, atol=1e-4)
