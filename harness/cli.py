@@ -241,6 +241,25 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--only", default="all", help="comma-separated steps (default all): environment, tests, "
                                                   "independence, bench, grid")
 
+    null = sub.add_parser("null-study", help="the verdict rule's error rate on null reports (README: calibration)")
+    null.add_argument("salt0", help="results folder of the variant (the reference side)")
+    null.add_argument("salt1", help="the same variant and seeds trained with --set salt=1")
+    null.add_argument("--variant", default="reference")
+    null.add_argument("--env", default="Pendulum-v1")
+    null.add_argument("--reports", type=_positive_int("--reports"), default=500, help="null reports (default 500)")
+    null.add_argument("--compared", type=_positive_int("--compared"), default=8,
+                      help="variants compared with the reference in each (default 8, as the default report)")
+    null.add_argument("--seeds", type=_positive_int("--seeds"), default=5, help="seeds per variant (default 5)")
+
+    power = sub.add_parser("power-study", help="the verdict rule's detection rate of a real effect")
+    power.add_argument("reference", help="results folder of the reference")
+    power.add_argument("effect", help="results folder of the same variant with an effect (e.g. --set lr_*=...)")
+    power.add_argument("--variant", default="reference")
+    power.add_argument("--env", default="Pendulum-v1")
+    power.add_argument("--ns", default="5,10", help="seeds per side (default 5,10)")
+    power.add_argument("--families", default="1,8", help="family sizes whose per-comparison level to use (default 1,8)")
+    power.add_argument("--draws", type=_positive_int("--draws"), default=500)
+
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
@@ -432,6 +451,39 @@ def _require_matching_baseline(baseline: Path, budget) -> None:
                          f"{budget.total_steps} and {budget.eval_episodes}; pass the same --steps or update the baseline")
 
 
+def _counts(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated whole numbers") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag}: each number must be >= 1")
+    return values
+
+
+def cmd_calibration(args: argparse.Namespace) -> int:
+    from . import calibration
+
+    folders = [args.salt0, args.salt1] if args.command == "null-study" else [args.reference, args.effect]
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise UsageError(f"{args.command}: no results folder at {folder}")
+    try:
+        if args.command == "null-study":
+            study = calibration.null_study(Path(args.salt0), Path(args.salt1), args.variant, args.env,
+                                           args.reports, args.compared, args.seeds)
+            lines = calibration.format_null_study(study, Path(args.salt0), Path(args.salt1))
+        else:
+            rows = calibration.power_study(Path(args.reference), Path(args.effect), args.variant, args.env,
+                                           _counts(args.ns, "--ns"), _counts(args.families, "--families"), args.draws)
+            lines = calibration.format_power_study(rows, Path(args.reference), Path(args.effect))
+    except calibration.CalibrationError as exc:
+        raise UsageError(f"{args.command}: {exc}") from None
+    for line in lines:
+        print(line)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -496,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "gpu-check":
             return cmd_gpu_check(args)
+        if args.command in ("null-study", "power-study"):
+            return cmd_calibration(args)
         if args.command == "report":
             if not Path(args.results).is_dir():
                 raise UsageError(f"report: no results folder at {args.results}")

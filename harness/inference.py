@@ -161,11 +161,21 @@ def seeds_needed(test: Test, target: float, level: float, power: float = POWER, 
     side: se = spread / sqrt(n), df = 2n - 2."""
     if test.spread == 0:
         return 2
-    for n in range(2, most + 1):
+
+    def detects(n: int) -> bool:
         df = n - 1 if test.paired else 2 * n - 2
-        if minimum_detectable_difference(test.spread / math.sqrt(n), df, level, power) <= target:
-            return n
-    return None
+        return minimum_detectable_difference(test.spread / math.sqrt(n), df, level, power) <= target
+
+    if not detects(most):
+        return None
+    low, high = 1, most  # detects(high); the detectable difference shrinks as n grows
+    while high - low > 1:
+        mid = (low + high) // 2
+        if mid >= 2 and detects(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 @dataclass(frozen=True)
@@ -181,9 +191,11 @@ class Decision:
     family_size: int
 
 
-def decide(tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = EQUIVALENCE_MARGIN) -> list[Decision]:
+def decide(tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = EQUIVALENCE_MARGIN,
+           with_mdd: bool = True) -> list[Decision]:
     """Verdicts for a family of tests (see the module doc). `margin` None: no equivalence verdicts
-    (raw-return tasks, where a margin in normalized units means nothing)."""
+    (raw-return tasks, where a margin in normalized units means nothing). `with_mdd=False` leaves the
+    minimum detectable difference NaN (it does not enter the verdict; a null study skips its cost)."""
     m = len(tests)
     level = 1 - alpha / max(m, 1)
     out = []
@@ -198,7 +210,8 @@ def decide(tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = E
         else:
             label = NO_DIFFERENCE
         p = test.p_value()
-        out.append(Decision(label, low, high, p, min(1.0, m * p), minimum_detectable_difference(test.se, test.df, level), m))
+        mdd = minimum_detectable_difference(test.se, test.df, level) if with_mdd else math.nan
+        out.append(Decision(label, low, high, p, min(1.0, m * p), mdd, m))
     return out
 
 

@@ -641,6 +641,7 @@ def verdict_table(
     runs: pd.DataFrame, reference: str = "reference", metric: str = "final_return",
     reps: int = DEFAULT_REPS, min_runs: int = MIN_RUNS_FOR_VERDICT, alpha: float = inference.ALPHA,
     margin: float = inference.EQUIVALENCE_MARGIN, target: float = inference.TARGET_DIFFERENCE,
+    effect_sizes: bool = True,
 ) -> pd.DataFrame:
     """Verdict of every variant but `reference`, per env and pooled over the normalizable envs.
 
@@ -655,7 +656,8 @@ def verdict_table(
     A side with fewer than `min_runs` runs gets 'too few runs'; no reference runs: 'no reference'.
     Columns: `VERDICT_COLUMNS`. mdd: the difference detected with 80% power at the family's level;
     seeds_for_target: the seeds that would detect `target` at that level. poi: P(a variant run beats
-    a reference run) with its bootstrap interval (rliable), an effect size beside the verdict.
+    a reference run) with its bootstrap interval (rliable), an effect size beside the verdict (NaN
+    with `effect_sizes=False`, which skips the bootstraps and the seeds search: the verdicts do not use them).
     """
     counted = counted_runs(runs)
     envs = env_order(runs["env"].tolist())
@@ -678,7 +680,8 @@ def verdict_table(
                 row["verdict"] = TOO_FEW_RUNS
             else:
                 row["test"] = inference.compare_by_seed(x, y)
-                row["poi"] = _poi(x, y, reps, stable_seed("poi", env, variant, reference, metric))
+                if effect_sizes:
+                    row["poi"] = _poi(x, y, reps, stable_seed("poi", env, variant, reference, metric))
                 if normalize:
                     compared.append((env, row["test"]))
             cells.append(row)
@@ -695,13 +698,13 @@ def verdict_table(
             pooled["test"] = inference.pooled_test([t for _, t in compared])
             pooled["alias"] = len(compared) == 1  # the same comparison as its env's row
             both = score_dict(counted, metric, [e for e, _ in compared])
-            pooled["poi"] = probability_of_improvement(
+            pooled["poi"] = None if not effect_sizes else probability_of_improvement(
                 both[variant], both[reference], reps,
                 stable_seed("poi", ALL_ENVS, *(e for e, _ in compared), variant, reference, metric))
         cells.append(pooled)
 
     family = [r for r in cells if "test" in r and not r.get("alias")]
-    decisions = inference.decide([r["test"] for r in family], alpha, margin)
+    decisions = inference.decide([r["test"] for r in family], alpha, margin, with_mdd=effect_sizes)
     by_test = {id(r["test"]): d for r, d in zip(family, decisions)}
     level = inference.family_level(len(family), alpha)
     rows = []
@@ -710,8 +713,8 @@ def verdict_table(
         decision = by_test.get(id(test)) if test is not None else None
         poi = r.get("poi")
         seeds = None
-        if decision is not None:
-            seeds = inference.seeds_needed(test, target, level) if r["units"] == "normalized" else None
+        if decision is not None and effect_sizes and r["units"] == "normalized":
+            seeds = inference.seeds_needed(test, target, level)
         rows.append({
             "env": r["env"], "variant": r["variant"], "reference": reference, "metric": metric, "units": r["units"],
             "verdict": decision.verdict if decision else r["verdict"],

@@ -1,0 +1,168 @@
+"""The verdict rule measured on real runs: its error rate on null reports, its power on a real effect.
+
+Null study. Two results folders hold one variant trained on the same seeds twice, the second time with
+independent training randomness (`--set salt=1`): the environment and evaluation resets are common, as
+they are between two variants of a real report, so every difference between the two is noise with the
+real pairing structure. A null report is shaped like a real one: `compared` variants against a
+reference, `seeds` seeds each. Null variant k holds the salt-1 runs of its own random `seeds` seeds,
+and the reference the salt-0 runs of every seed any variant drew, so each comparison is paired as in a
+real report. Drawing each variant's seeds independently makes its comparisons less dependent than a
+real report's (which share the reference's runs), the harder case for a family-wise rate. The verdicts
+come from `stats.verdict_table`, the report's own code.
+
+Power study. One folder of the reference, one of a variant with a real effect (for example every
+learning rate x 0.3), on common seeds: draws of n seeds give the rate at which the rule detects the
+effect, paired (the same n seeds on both sides) and unpaired (n other seeds of the reference), at the
+per-comparison level of a family of a given size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import inference, normalization, stats
+
+
+class CalibrationError(ValueError):
+    """The folders cannot support the requested study (a usage error)."""
+
+
+def _scored_runs(results_dir: Path, variant: str, env: str) -> pd.DataFrame:
+    """The scored runs (`stats.score_failures`) of `variant` on `env` in `results_dir`, indexed by seed."""
+    data = stats.scan_results(results_dir)
+    runs = stats.score_failures(data.runs, data.eval_curves, data.configs)
+    runs = runs[(runs["variant"] == variant) & (runs["env"] == env)]
+    return stats.counted_runs(runs).set_index("seed", drop=False)
+
+
+@dataclass(frozen=True)
+class NullStudy:
+    """Spurious verdicts over `reports` null reports of `compared` comparisons of `seeds` seeds each.
+
+    spurious_reports[metric]: reports with any better/worse in that metric's family; 'either' counts
+    reports with one in either family. spurious_comparisons[metric]: comparisons called better/worse.
+    """
+
+    reports: int
+    compared: int
+    seeds: int
+    pool: int  # seeds available in both folders
+    spurious_reports: dict[str, int]
+    spurious_comparisons: dict[str, int]
+
+    def family_rate(self, metric: str) -> float:
+        return self.spurious_reports[metric] / self.reports
+
+    def family_upper(self, metric: str) -> float:
+        return inference.clopper_pearson_upper(self.spurious_reports[metric], self.reports)
+
+    def comparison_rate(self, metric: str) -> float:
+        return self.spurious_comparisons[metric] / (self.reports * self.compared)
+
+
+def null_study(salt0_dir: Path, salt1_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
+               reports: int = 500, compared: int = 8, seeds: int = 5, rng_seed: int = 0) -> NullStudy:
+    """Run `reports` null reports (see the module doc) through the report's verdict rule."""
+    a, b = _scored_runs(salt0_dir, variant, env), _scored_runs(salt1_dir, variant, env)
+    pool = sorted(set(a.index) & set(b.index))
+    if len(pool) < seeds:
+        raise CalibrationError(f"{salt0_dir} and {salt1_dir} share {len(pool)} seeds of {variant} on {env}; "
+                               f"a null report needs {seeds}")
+    rng = np.random.default_rng(rng_seed)
+    metrics = list(stats.RETURN_METRICS)
+    spurious_reports = {m: 0 for m in [*metrics, "either"]}
+    spurious_comparisons = {m: 0 for m in metrics}
+    for _ in range(reports):
+        draws = [sorted(rng.choice(pool, seeds, replace=False).tolist()) for _ in range(compared)]
+        used = sorted({s for d in draws for s in d})
+        parts = [a.loc[used].assign(variant="reference")]
+        parts += [b.loc[d].assign(variant=f"null-{k}") for k, d in enumerate(draws)]
+        frame = pd.concat(parts, ignore_index=True)
+        any_metric = False
+        for metric in metrics:
+            table = stats.verdict_table(frame, "reference", metric=metric, effect_sizes=False)
+            table = table[table["env"] == env]
+            called = int(table["verdict"].isin([stats.BETTER, stats.WORSE]).sum())
+            spurious_comparisons[metric] += called
+            spurious_reports[metric] += called > 0
+            any_metric |= called > 0
+        spurious_reports["either"] += any_metric
+    return NullStudy(reports, compared, seeds, len(pool), spurious_reports, spurious_comparisons)
+
+
+def format_null_study(study: NullStudy, salt0_dir: Path, salt1_dir: Path) -> list[str]:
+    lines = [f"null study: {study.reports} null reports of {study.compared} comparisons x {study.seeds} seeds, drawn from "
+             f"{study.pool} seeds of {salt0_dir} (reference) and {salt1_dir} (null variants)",
+             f"{'family':14s} {'reports with a spurious verdict':>32s} {'95% upper':>10s} {'per comparison':>15s}"]
+    for metric in [*stats.RETURN_METRICS, "either"]:
+        per = f"{study.comparison_rate(metric):.2%}" if metric != "either" else ""
+        lines.append(f"{metric:14s} {study.spurious_reports[metric]:>10d} of {study.reports:<6d} ({study.family_rate(metric):6.2%}) "
+                     f"{study.family_upper(metric):>10.2%} {per:>15s}")
+    return lines
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    n: int
+    paired: bool
+    family: int
+    draws: int
+    detected: int  # draws whose interval excludes 0 on the side of the true effect
+    wrong_sign: int  # draws called significant in the opposite direction
+    mean_difference: float  # over the draws, normalized
+
+
+def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
+                ns: Sequence[int] = (5, 10), families: Sequence[int] = (1, 8), draws: int = 500,
+                rng_seed: int = 0) -> list[PowerRow]:
+    """Detection rates of the effect in `effect_dir` against `reference_dir` (see the module doc)."""
+    if not normalization.can_normalize(env):
+        raise CalibrationError(f"{env} has no normalization constants: the study works in normalized score")
+    ref, eff = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
+    score = lambda frame, seeds: normalization.normalized_score(  # noqa: E731
+        frame.loc[list(seeds), "final_return"].to_numpy(float), env)
+    common = sorted(set(ref.index) & set(eff.index))
+    true_sign = np.sign(score(eff, common).mean() - score(ref, common).mean()) if common else 0.0
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for n in ns:
+        for paired in (True, False):
+            if len(common) < n or (not paired and len(ref.index) < 2 * n):
+                continue
+            tests = []
+            for _ in range(draws):
+                chosen = rng.choice(common, n, replace=False)
+                if paired:
+                    tests.append(inference.paired_test(score(eff, chosen), score(ref, chosen)))
+                else:
+                    others = sorted(set(ref.index) - set(chosen.tolist()))
+                    if len(others) < n:
+                        break
+                    tests.append(inference.welch_test(score(eff, chosen), score(ref, rng.choice(others, n, replace=False))))
+            if not tests:
+                continue
+            for family in families:
+                level = inference.family_level(family)
+                intervals = [t.interval(level) for t in tests]
+                called = [np.sign(lo) if lo > 0 or hi < 0 else 0.0 for lo, hi in intervals]
+                detected = sum(c == true_sign != 0 for c in called)
+                wrong = sum(c == -true_sign != 0 for c in called)
+                rows.append(PowerRow(n, paired, family, len(tests), int(detected), int(wrong),
+                                     float(np.mean([t.difference for t in tests]))))
+    return rows
+
+
+def format_power_study(rows: Sequence[PowerRow], reference_dir: Path, effect_dir: Path) -> list[str]:
+    lines = [f"power study: {effect_dir} against {reference_dir} (normalized final return)",
+             f"{'seeds':>5s} {'design':8s} {'family':>6s} {'detected':>18s} {'wrong sign':>10s} {'mean diff':>10s}"]
+    for r in rows:
+        lines.append(f"{r.n:>5d} {'paired' if r.paired else 'unpaired':8s} {r.family:>6d} "
+                     f"{r.detected:>7d} of {r.draws:<4d} ({r.detected / r.draws:5.1%}) {r.wrong_sign:>10d} {r.mean_difference:>+10.3f}")
+    if not rows:
+        lines.append("(too few seeds for any design)")
+    return lines

@@ -1,0 +1,61 @@
+"""The null and power studies on synthetic run records whose truth is known."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import calibration, normalization
+from harness.cli import main
+from test_stats import write_run
+
+ENV = "Pendulum-v1"
+
+
+def make_folder(root: Path, finals) -> Path:
+    for seed, final in enumerate(finals):
+        write_run(root, ENV, "reference", seed, float(final))
+    return root
+
+
+def to_return(score):
+    low, high = normalization.R_RANDOM[ENV], normalization.R_TARGET[ENV]
+    return low + np.asarray(score) * (high - low)
+
+
+def test_identical_folders_give_no_spurious_verdict(tmp_path):
+    finals = to_return(np.linspace(0.6, 0.95, 8))
+    a = make_folder(tmp_path / "a", finals)
+    study = calibration.null_study(a, a, reports=20, compared=3, seeds=4)
+    assert study.pool == 8 and study.spurious_reports == {"final_return": 0, "auc_return": 0, "either": 0}
+
+
+def test_a_systematic_shift_is_called_in_every_null_report(tmp_path):
+    # Not a null at all: salt 1 is 0.3 below on every seed, so every comparison must be called worse,
+    # which shows the study counts what the report's rule calls.
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.6, 0.9, size=10)
+    a = make_folder(tmp_path / "a", to_return(base))
+    b = make_folder(tmp_path / "b", to_return(base - 0.3 + rng.normal(0, 0.01, size=10)))
+    study = calibration.null_study(a, b, reports=10, compared=4, seeds=5)
+    assert study.spurious_reports["final_return"] == 10
+    assert study.comparison_rate("final_return") == 1.0
+
+
+def test_power_study_detects_a_large_effect_paired_better_than_unpaired(tmp_path):
+    rng = np.random.default_rng(1)
+    seed_effect = rng.normal(0.6, 0.15, size=24)  # most of the variance lies between seeds
+    ref = make_folder(tmp_path / "ref", to_return(seed_effect + rng.normal(0, 0.01, size=24)))
+    eff = make_folder(tmp_path / "eff", to_return(seed_effect - 0.05 + rng.normal(0, 0.01, size=24)))
+    rows = calibration.power_study(ref, eff, ns=(5,), families=(8,), draws=100)
+    by_design = {r.paired: r for r in rows}
+    assert by_design[True].detected / by_design[True].draws > 0.9  # the pairing removes the seed variance
+    assert by_design[False].detected / by_design[False].draws < 0.3
+    assert by_design[True].mean_difference == pytest.approx(-0.05, abs=0.01)
+
+
+def test_too_few_seeds_is_a_usage_error(tmp_path, capsys):
+    a = make_folder(tmp_path / "a", to_return([0.5, 0.6, 0.7]))
+    assert main(["null-study", str(a), str(a), "--seeds", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "share 3 seeds" in err
