@@ -109,14 +109,19 @@ def fastest_ways(gemms: Sequence[Gemm], device: torch.device, trials: int = 20,
     return [min((way for dtype in dtypes for way in _orientations(*g, device, dtype)), key=timed) for g in gemms]
 
 
-def time_floor(ways: Sequence[Callable[[], torch.Tensor]], repeats: int, device: torch.device) -> float:
-    """The floor: median ms of running every product once, back to back, as the update runs them
-    (operands do not all stay in cache), each its fastest way, into preallocated outputs."""
+def floor_runner(ways: Sequence[Callable[[], torch.Tensor]], device: torch.device) -> Callable[[], None]:
+    """A call of the floor: every product once, back to back, as the update runs them (operands do not
+    all stay in cache), each its fastest way, into preallocated outputs."""
     def run():
         for way in ways:
             way()
         _sync(device)
-    return _median_ms(run, repeats, max(3, repeats // 10))
+    return run
+
+
+def time_floor(ways: Sequence[Callable[[], torch.Tensor]], repeats: int, device: torch.device) -> float:
+    """The floor: median ms of `floor_runner` calls."""
+    return _median_ms(floor_runner(ways, device), repeats, max(3, repeats // 10))
 
 
 def _sync(device: torch.device) -> None:
@@ -151,35 +156,47 @@ def time_update(spec: VariantSpec, members: int, repeats: int, device: torch.dev
     return _median_ms(update_runner(spec, members, device, env_id), repeats, max(5, repeats // 10))
 
 
-def alternating_rounds(cases: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
-    """Each case's figure in each of `rounds` rounds: [round][case].
+def alternating_rounds(cases: Sequence[Callable[[], float]], rounds: int, calls: int = 1) -> list[list[float]]:
+    """Each case's figure in each of `rounds` rounds, [round][case]: the median of `calls` calls.
 
-    A shared machine's speed drifts by tens of percent within a minute; running the cases in turn
-    within every round gives each round's ratios the same conditions on all sides, and reversing the
-    order every other round keeps a steady drift from always favouring the case that runs first.
+    A shared machine's speed drifts by tens of percent within seconds. The cases take turns call by
+    call, so that each round's ratios compare them under the same conditions, and the order reverses
+    at every turn, so that a steady drift does not always favour the case that runs first.
     """
     out = []
     for r in range(rounds):
-        order = range(len(cases)) if r % 2 == 0 else reversed(range(len(cases)))
-        figures = [0.0] * len(cases)
-        for i in order:
-            figures[i] = cases[i]()
-        out.append(figures)
+        figures: list[list[float]] = [[] for _ in cases]
+        for c in range(calls):
+            order = range(len(cases)) if (r * calls + c) % 2 == 0 else reversed(range(len(cases)))
+            for i in order:
+                figures[i].append(cases[i]())
+        out.append([statistics.median(f) for f in figures])
     return out
+
+
+def _timed_ms(fn: Callable[[], object]) -> Callable[[], float]:
+    def run() -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    return run
 
 
 def update_and_floor_rounds(specs: Sequence[VariantSpec], floors: Sequence[Sequence[Callable[[], torch.Tensor]]],
                             repeats: int, rounds: int, device: torch.device) -> list[list[float]]:
-    """Per round, the ms of one update of each spec (S = 1) then of each floor (`time_floor` of a
-    list of ways), all timed in alternating rounds, `repeats` updates of each spec in all."""
+    """Per round, the ms of one update of each spec (S = 1) then of each floor (every product of a
+    list of ways once, back to back, as `time_floor`), medians of `repeats // rounds` calls each, the
+    cases taking turns call by call."""
     updates = [update_runner(spec, 1, device) for spec in specs]
-    per_round = max(1, repeats // rounds)
     for update in updates:
         for _ in range(max(5, repeats // 10)):
             update()
-    cases = [lambda u=u: _median_ms(u, per_round, 2) for u in updates]
-    cases += [lambda w=w: time_floor(w, per_round, device) for w in floors]
-    return alternating_rounds(cases, rounds)
+    runs = [*updates, *(floor_runner(ways, device) for ways in floors)]
+    for run in runs[len(updates):]:
+        for _ in range(3):
+            run()
+    cases = [_timed_ms(run) for run in runs]
+    return alternating_rounds(cases, rounds, max(1, repeats // rounds))
 
 
 def env_steps_per_second(spec: VariantSpec, steps: int, device: torch.device, env_id: str = "Pendulum-v1") -> float:
@@ -313,13 +330,17 @@ def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 300
     tiny = dataclasses.replace(REFERENCE, hidden_sizes=(16, 16))
     lines += [
         f"same update, 16x16 networks: {time_update(tiny, 1, repeats, device):8.2f} ms  (fp32; the cost that does not scale with width)",
-        "member scaling (time per member-update; in brackets per update of all members):",
+        "member scaling (time per member-update; in brackets per update of all members; precisions taking turns):",
     ]
     for s in members:
-        cells = []
-        for p, sp in specs.items():
-            ms = time_update(sp, s, max(10, repeats // s), device)
-            cells.append(f"{p} {ms / s:8.2f} ms ({ms:8.2f})")
+        runs = [update_runner(sp, s, device) for sp in specs.values()]
+        for run in runs:
+            for _ in range(3):
+                run()
+        (times,) = alternating_rounds([_timed_ms(run) for run in runs], 1, max(10, repeats // s))
+        cells = [f"{p} {ms / s:8.2f} ms ({ms:8.2f})" for p, ms in zip(precisions, times)]
+        if len(times) > 1:
+            cells.append(f"{precisions[1]} / {precisions[0]} {times[1] / times[0]:.2f} x")
         lines.append(f"  S={s:<4d} " + "   ".join(cells))
     # Alternating runs, as above: each round's ratios compare the runs under the same conditions.
     cases = [lambda sp=sp: env_steps_per_second(sp, e2e_steps, device) for sp in specs.values()]

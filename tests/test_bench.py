@@ -33,11 +33,16 @@ def test_bench_prints_every_figure():
     assert all(float(v) > 0 for r in rows for v in r[1:])
 
 
-def test_alternating_rounds_reverse_the_order_every_other_round():
-    calls = []
-    rounds = alternating_rounds([lambda: calls.append("a") or 1.0, lambda: calls.append("b") or 2.0], 3)
-    assert calls == ["a", "b", "b", "a", "a", "b"]
-    assert rounds == [[1.0, 2.0]] * 3
+def test_alternating_rounds_take_turns_call_by_call_and_keep_each_rounds_median():
+    calls, figures = [], iter([1.0, 5.0, 2.0, 6.0, 3.0, 7.0, 8.0, 4.0, 9.0, 10.0, 12.0, 11.0])
+
+    def case(name):
+        return lambda: calls.append(name) or next(figures)
+
+    rounds = alternating_rounds([case("a"), case("b")], rounds=2, calls=3)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b", "b", "a"]
+    # round 1: a got 1, 6, 3 and b 5, 2, 7; round 2: a got 4, 9, 11 and b 8, 10, 12
+    assert rounds == [[3.0, 5.0], [9.0, 10.0]]
 
 
 def test_bf16_floor_picks_each_product_in_bf16_or_fp32():
