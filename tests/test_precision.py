@@ -38,6 +38,11 @@ def test_catalog_bf16_changes_only_the_precision():
     assert CATALOG["bf16"].spec.differences(REFERENCE) == {"precision": ("bf16", "fp32")}
 
 
+def test_bf16_with_one_hidden_layer_is_refused():
+    with pytest.raises(ValueError, match="precision=bf16 needs at least two hidden layers"):
+        dataclasses.replace(REFERENCE, precision="bf16", hidden_sizes=(1024,))
+
+
 def test_only_hidden_to_hidden_layers_take_the_precision():
     assert layer_dtypes("fp32", 3) is None and layer_dtypes("bf16", 2) is None  # one hidden layer: none inside
     assert layer_dtypes("bf16", 3) == (torch.float32, torch.bfloat16, torch.float32)

@@ -137,6 +137,9 @@ class VariantSpec:
             raise ValueError("initial_alpha must be positive")
         if self.learning_starts < 0:
             raise ValueError("learning_starts must be >= 0")
+        if self.precision != "fp32" and len(self.hidden_sizes) < 2:
+            # Only hidden-to-hidden products take the precision (networks.layer_dtypes): none here.
+            raise ValueError(f"precision={self.precision} needs at least two hidden layers")
         if self.salt < 0:
             raise ValueError("salt must be >= 0")
 
