@@ -184,6 +184,11 @@ def layer_dtypes(precision: str, layers: int) -> tuple[torch.dtype, ...] | None:
     return (torch.float32, *[hidden] * (layers - 2), torch.float32)
 
 
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # `t.to(dtype)` would return t too, but through the dispatcher: ~1 us per call, dozens per update.
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _layers(
     params: Sequence[torch.Tensor], x: torch.Tensor, dtypes: Sequence[torch.dtype] | None = None
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
@@ -200,13 +205,13 @@ def _layers(
     for layer in range(last + 1):
         weight, bias = params[2 * layer], params[2 * layer + 1]
         if dtypes is not None:
-            x, weight, bias = x.to(dtypes[layer]), weight.to(dtypes[layer]), bias.to(dtypes[layer])
+            x, weight, bias = _as(x, dtypes[layer]), _as(weight, dtypes[layer]), _as(bias, dtypes[layer])
         inputs.append(x)
         weights.append(weight)
         x = _linear(x, weight, bias)
         if layer < last:
             if dtypes is not None:
-                x = x.to(torch.promote_types(dtypes[layer], dtypes[layer + 1]))
+                x = _as(x, torch.promote_types(dtypes[layer], dtypes[layer + 1]))
             x = x.relu_()
             relus.append(x)
     return x, inputs, weights, relus
@@ -231,7 +236,7 @@ class _StackedMLP(torch.autograd.Function):
         ctx.x_dtype, ctx.param_dtype = x.dtype, params[0].dtype
         # Without dtypes the ReLU outputs are inputs[1:] already.
         ctx.save_for_backward(*inputs, *weights, *(relus if ctx.mixed else ()))
-        return out.to(ctx.param_dtype) if ctx.mixed else out
+        return _as(out, ctx.param_dtype) if ctx.mixed else out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -247,7 +252,7 @@ class _StackedMLP(torch.autograd.Function):
             if ctx.mixed:
                 if need[3 + 2 * layer]:
                     grad_params[2 * layer + 1] = grad.sum(dim=1, keepdim=True, dtype=ctx.param_dtype)
-                grad = grad.to(weights[layer].dtype)
+                grad = _as(grad, weights[layer].dtype)
             elif need[3 + 2 * layer]:
                 grad_params[2 * layer + 1] = grad.sum(dim=1, keepdim=True)
             if need[2 + 2 * layer]:
@@ -255,12 +260,12 @@ class _StackedMLP(torch.autograd.Function):
             if layer > 0:
                 grad_input = stacked_matmul(grad, weights[layer].mT)
                 relu = relus[layer - 1]
-                grad = _relu_backward_(grad_input.to(relu.dtype) if ctx.mixed else grad_input, relu)
+                grad = _relu_backward_(_as(grad_input, relu.dtype) if ctx.mixed else grad_input, relu)
             elif need[1]:
                 grad_x = stacked_matmul(grad, weights[0].mT)
         if ctx.mixed:
-            grad_params = [None if g is None else g.to(ctx.param_dtype) for g in grad_params]
-            grad_x = None if grad_x is None else grad_x.to(ctx.x_dtype)
+            grad_params = [None if g is None else _as(g, ctx.param_dtype) for g in grad_params]
+            grad_x = None if grad_x is None else _as(grad_x, ctx.x_dtype)
         return (None, grad_x, *grad_params)
 
 
@@ -271,7 +276,7 @@ def mlp_forward(params: Sequence[torch.Tensor], x: torch.Tensor, precision: str 
     if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
         return _StackedMLP.apply(dtypes, x, *params)
     out = _layers(params, x, dtypes)[0]
-    return out if dtypes is None else out.to(params[0].dtype)
+    return out if dtypes is None else _as(out, params[0].dtype)
 
 
 def _member_rows(tensors: Sequence[torch.Tensor], members: int) -> torch.Tensor:
