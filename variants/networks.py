@@ -168,10 +168,11 @@ def _relu_backward_(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
 
 # Mixed precision. On a CPU with AVX512_BF16 (torch 2.13, oneDNN) a (256 x 256) @ (256 x 256) product
 # runs in 0.18-0.21 ms in bfloat16 against 0.36-0.42 ms in float32, but every bfloat16 product also pays
-# a fixed ~0.02-0.03 ms, so the narrow input and output layers (3 or 4 inputs, 1 or 2 outputs) are 2-4x
-# slower in bfloat16 (medians of 5 x 200 calls, one thread). Hence only the hidden-to-hidden layers take
-# the precision's dtype; the input and output layers, and with them the Q-values, means and log-stds
-# the losses read, stay float32. Master weights, their gradients and Adam's state are float32.
+# a fixed ~0.02-0.03 ms: the input layers' narrow products (3 or 4 inputs) are slower in bfloat16, and
+# the output layers' (1 or 2 outputs) barely faster, less than the cast of their input costs (medians
+# of 5 x 200 calls, one thread). Hence only the hidden-to-hidden layers take the precision's dtype; the
+# input and output layers, and with them the Q-values, means and log-stds the losses read, stay float32
+# products. Master weights, their gradients and Adam's state are float32.
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
