@@ -28,6 +28,7 @@ from . import grid
 from .implementations import TRAINERS
 from .records import WriteError
 from .train import Interrupted, no_update_reason
+from .live import DEFAULT_EVERY as LIVE_EVERY, LiveReport
 from .profiles import PROFILES, NoBudget, budget_for
 
 
@@ -192,7 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
-    run.add_argument("--no-report", action="store_true", help="do not build a report at the end")
+    run.add_argument("--no-report", action="store_true", help="do not build a report (neither live nor at the end)")
+    run.add_argument("--report-every", type=float, default=LIVE_EVERY, metavar="SECONDS",
+                     help=f"while the grid runs, rebuild reports/<name> after a run finishes, at most this often "
+                          f"(default {LIVE_EVERY:.0f}; 0: after every job)")
     run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,
                      help="episodes per evaluation (default: the profile's)")
     run.add_argument("--tensorboard", action="store_true",
@@ -360,7 +364,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         finally:
             progress.close()
     else:
-        grid.execute(jobs, workers)
+        live = None if args.no_report else LiveReport(out, _report_dir(out, None), args.report_every, targets, randoms)
+        grid.execute(jobs, workers, on_finished=live)
     rows = grid.collect_runs(out)
     grid.write_runs_csv(out, rows)
     counts = grid.print_state_table([r for r in rows if r["variant"] in variants and r["env"] in envs])
@@ -518,8 +523,12 @@ def cmd_report(results: Path, out: Path | None, targets: dict | None = None, ran
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
-    out = out or Path("reports") / Path(results).resolve().name
-    return report_command(Path(results), Path(out), targets=targets, randoms=randoms)
+    return report_command(Path(results), _report_dir(results, out), targets=targets, randoms=randoms)
+
+
+def _report_dir(results: Path, out: Path | None) -> Path:
+    """The report folder of a results folder: `out`, or reports/<name of the results folder>."""
+    return Path(out) if out else Path("reports") / Path(results).resolve().name
 
 
 def cmd_export(args: argparse.Namespace) -> int:

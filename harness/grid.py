@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from variants.catalog import CatalogEntry
 
@@ -165,8 +165,10 @@ class Progress:
     """Grid progress: a tqdm bar on a terminal; otherwise one line per finished run and a status line
     every `every` seconds (CI logs, files)."""
 
-    def __init__(self, jobs: Sequence[Job], log=print, every: float = 60.0, stream=None):
+    def __init__(self, jobs: Sequence[Job], log=print, every: float = 60.0, stream=None,
+                 on_finished: Callable[[int, int], None] | None = None):
         self.stream = stream or sys.stderr
+        self.on_finished = on_finished  # told (runs done, runs planned) after each finished job
         self.total_runs = sum(len(j.seeds) for j in jobs)
         self.total_steps = sum(j.budget.total_steps * len(j.seeds) for j in jobs)
         self.runs_done, self.steps_done = 0, 0
@@ -205,19 +207,27 @@ class Progress:
                 self.bar.write(line, file=self.stream)
             else:
                 self.log(line)
+        if self.on_finished is not None:
+            self.on_finished(self.runs_done, self.total_runs)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
-def execute(jobs: Sequence[Job], workers: int, log=print) -> list[dict]:
+def _print_flushed(*args) -> None:
+    print(*args, flush=True)  # a grid's log is often a file: each line should land when it happens
+
+
+def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
+            on_finished: Callable[[int, int], None] | None = None) -> list[dict]:
     """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows.
 
+    `on_finished(runs done, runs planned)` is called after each job's runs are recorded (a live report).
     On Ctrl-C every running job writes a checkpoint and stops; `Interrupted` is then raised here.
     """
     rows: list[dict] = []
-    progress = Progress(jobs, log=log)
+    progress = Progress(jobs, log=log, on_finished=on_finished)
     interrupted = False
     try:
         if workers <= 1 or len(jobs) <= 1:

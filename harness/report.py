@@ -104,19 +104,21 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_
 def build_report(
     results_dir: Path, out_dir: Path, reference: str = REFERENCE_NAME, reps: int = stats.DEFAULT_REPS,
     targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
+    pending: int | None = None,
 ) -> ReportSummary:
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
 
     Normalization constants, per env: `targets` / `randoms` ({env: return}, from `report --target
     --random`), else those the runs recorded (`run --target --random`), else harness.normalization's table.
     An env with neither is reported in raw returns only and left out of the pooled `all` column.
+    `pending`: runs of a grid still running (a live report); the page says how many are to come.
     """
     recorded_targets, recorded_randoms, _ = normalization.recorded(normalization.read_configs(results_dir))
     with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
-        return _build_report(results_dir, out_dir, reference, reps)
+        return _build_report(results_dir, out_dir, reference, reps, pending)
 
 
-def _build_report(results_dir: Path, out_dir: Path, reference: str, reps: int) -> ReportSummary:
+def _build_report(results_dir: Path, out_dir: Path, reference: str, reps: int, pending: int | None) -> ReportSummary:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
@@ -144,7 +146,7 @@ def _build_report(results_dir: Path, out_dir: Path, reference: str, reps: int) -
     written.extend(out_dir / f.filename for f in figures)
 
     page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, figures, reference, reps,
-                       power, failures)
+                       power, failures, pending=pending)
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
     written.append(index)
@@ -556,6 +558,7 @@ def render_html(
     results_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
     configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], figures: Sequence[FigureFile],
     reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
+    pending: int | None = None,
 ) -> str:
     """The report page: verdicts, warnings, differences from the reference, figures, protocol."""
     envs = stats.env_order(runs["env"].tolist())
@@ -565,6 +568,8 @@ def render_html(
         f"<title>sacbench report: {esc(results_dir.name)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>sacbench report: {esc(results_dir.name)}</h1>",
+        (f"<p class=\"warn\"><strong>Live report:</strong> the grid is still running; {pending} planned run(s) "
+         "are still to come. This page is rewritten as runs finish.</p>" if pending else ""),
         f"<p class=\"lead\">{len(runs)} runs read from <code>{esc(results_dir)}</code>: "
         + ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
         + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")

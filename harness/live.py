@@ -1,0 +1,47 @@
+"""A grid's report kept current while the grid runs.
+
+`harness run` hands a `LiveReport` to the grid, which calls it after each finished job: the report of
+the results folder is rebuilt from the run records written so far, at most once every `every` seconds
+(the first finished job always gets one), and the page says how many runs are still to come. The
+report reads only finished run folders (status.json is written last, and every file atomically), so
+a run still training is never half-read.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+DEFAULT_EVERY = 300.0  # seconds between rebuilds: a report costs about a minute of one core
+
+
+class LiveReport:
+    """Callable as `(runs done, runs planned)`; rebuilds `out_dir` from `results_dir` when due."""
+
+    def __init__(self, results_dir: Path, out_dir: Path, every: float = DEFAULT_EVERY,
+                 targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print):
+        self.results_dir, self.out_dir, self.every = Path(results_dir), Path(out_dir), every
+        self.targets, self.randoms = targets, randoms
+        self.clock, self.log = clock, log
+        self.last: float | None = None
+        self.builds = 0
+
+    def __call__(self, done: int, planned: int) -> None:
+        if done >= planned:
+            return  # the grid's final report follows
+        now = self.clock()
+        if self.last is not None and now - self.last < self.every:
+            return
+        from .report import build_report  # matplotlib and friends: only once a report is due
+
+        self.last = now
+        try:
+            build_report(self.results_dir, self.out_dir, targets=self.targets, randoms=self.randoms,
+                         pending=planned - done)
+        except Exception as exc:  # a report must never stop the grid; the next finished job retries
+            self.log(f"warning: live report not rebuilt ({type(exc).__name__}: {exc})")
+            return
+        self.builds += 1
+        self.log(f"live report: {self.out_dir / 'index.html'} ({done} of {planned} runs finished)")
