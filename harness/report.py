@@ -338,6 +338,12 @@ def plot_paired_differences(
     counted = stats.counted_runs(runs)
     for row, variant in enumerate(variants):
         v = tested[tested["variant"] == variant].iloc[0]
+        mine = runs[(runs["env"] == env) & (runs["variant"] == variant)]
+        if (mine["state"] != "complete").all():
+            # Every run stopped: its failure scores would set the axis and flatten every other row.
+            ax.text(0.0, row, f"  every run failed or diverged ({v['verdict']}; see Failure rates)",
+                    va="center", fontsize="small", color="dimgrey")
+            continue
         diffs = stats.paired_differences(counted, env, variant, reference, "final_return", units == "normalized")
         ax.plot([v["ci_low"], v["ci_high"]], [row, row], color=colors[variant], linewidth=5, alpha=0.6,
                 solid_capstyle="butt")
