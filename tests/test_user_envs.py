@@ -88,6 +88,8 @@ def test_user_class_and_factory_are_made_with_their_kwargs():
         if env.step(env.action_space.sample())[3]:
             break
     assert steps == 7
+    # Gymnasium's own module:EnvId form: the module registers EnvId when imported.
+    assert env_info("harness.envs:Pendulum-v1").obs_dim == 3
 
 
 @pytest.mark.parametrize("entry, message", [
