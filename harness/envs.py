@@ -39,7 +39,8 @@ ENV_IDS = ("Pendulum-v1", "LunarLanderContinuous-v3", "BipedalWalker-v3")
 
 # A user's `module:Class` environment that does not end its own episodes is cut after this many steps
 # (Gymnasium's TimeLimit, a truncation: training still bootstraps through it). 1,000 is the time limit
-# of the MuJoCo tasks and of BipedalWalker; a factory that wraps its env in a shorter TimeLimit keeps it.
+# of the MuJoCo tasks and of BipedalWalker. `max_episode_steps` in --env-kwargs replaces it, for any env
+# (gymnasium.make takes it instead of passing it to the env).
 DEFAULT_MAX_EPISODE_STEPS = 1000
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")

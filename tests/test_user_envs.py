@@ -196,6 +196,12 @@ def test_list_names_the_file_variants(tmp_path, capsys):
 # --- end to end: a grid on MountainCarContinuous and a user's env, reported in raw returns -------------
 
 
+# Episodes cut at 60 steps (Gymnasium's make takes max_episode_steps) keep MountainCar's evaluations short.
+SHORT = {"max_episode_steps": 60}
+MOUNTAIN_CAR = EnvRef.of("MountainCarContinuous-v0", SHORT).label
+SHORT_POINT_MASS = EnvRef.of(POINT_MASS, SHORT).label
+
+
 @pytest.fixture(scope="module")
 def byo_grid(tmp_path_factory):
     """reference and two file variants on MountainCarContinuous-v0 and PointMass, 300 steps each."""
@@ -204,7 +210,8 @@ def byo_grid(tmp_path_factory):
     path.write_text(VARIANTS_TOML)
     out = root / "results"
     code = main(["run", "--variants", "reference,small-batch,slow-critic", "--variants-file", str(path),
-                 "--envs", f"MountainCarContinuous-v0,{POINT_MASS}", "--seeds", "1", "--steps", "300",
+                 "--envs", f"MountainCarContinuous-v0,{POINT_MASS}", "--env-kwargs", json.dumps(SHORT),
+                 "--seeds", "1", "--steps", "300",
                  "--eval-episodes", "1", "--workers", "1", "--out", str(out), "--no-report",
                  "--set", "hidden_sizes=16,16", "--set", "batch_size=32", "--set", "learning_starts=50"])
     assert code == 0
@@ -214,14 +221,16 @@ def byo_grid(tmp_path_factory):
 def test_grid_records_name_description_and_spec_of_file_variants(byo_grid):
     _, out = byo_grid
     runs = pd.read_csv(out / "runs.csv")
-    label = EnvRef.of(POINT_MASS).label
-    assert sorted(set(runs["env"])) == sorted({"MountainCarContinuous-v0", label})
+    label = SHORT_POINT_MASS
+    assert sorted(set(runs["env"])) == sorted({MOUNTAIN_CAR, label})
     assert (runs["state"] == "complete").all() and len(runs) == 6
     config = json.loads((out / "runs" / label / "slow-critic" / "seed_0" / "config.json").read_text())
     assert config["variant"] == "slow-critic" and config["description"].startswith("blog-sac2 with a tenth")
     assert config["spec"]["lr_critic"] == 3e-5 and config["spec"]["log_prob"] == "naive-scaled"
     assert config["differences"]["lr_critic"] == 3e-5 and "gamma" not in config["differences"]
-    assert config["env_entry"] == POINT_MASS and config["env_kwargs"] == {}
+    assert config["env_entry"] == POINT_MASS and config["env_kwargs"] == SHORT
+    train = pd.read_csv(out / "runs" / MOUNTAIN_CAR / "reference" / "seed_0" / "train.csv")
+    assert set(train["episode_length"]) == {60} and len(train) == 5  # 300 steps of MountainCar cut at 60
     # PointMass returns are minus distances summed over 30-step episodes: negative, and finite.
     assert (runs.loc[runs["env"] == label, "final_return"] < 0).all()
 
@@ -230,8 +239,8 @@ def test_report_shows_raw_returns_and_says_why_there_is_no_all_column(byo_grid, 
     root, out = byo_grid
     assert main(["report", str(out), "--out", str(root / "report")]) == 0
     page = (root / "report" / "index.html").read_text()
-    label = EnvRef.of(POINT_MASS).label
-    assert "No target and random return are known for MountainCarContinuous-v0, " + label in page
+    label = SHORT_POINT_MASS
+    assert f"No target and random return are known for {MOUNTAIN_CAR}, {label}" in page
     assert "slow-critic" in page and "blog-sac2 with a tenth of the critic learning rate" in page
     summary = pd.read_csv(root / "report" / "summary.csv")
     assert "all" not in set(summary["env"])
@@ -243,7 +252,7 @@ def test_report_shows_raw_returns_and_says_why_there_is_no_all_column(byo_grid, 
 
 def test_report_targets_put_an_env_into_the_all_column(byo_grid):
     root, out = byo_grid
-    label = EnvRef.of(POINT_MASS).label
+    label = SHORT_POINT_MASS
     assert main(["report", str(out), "--out", str(root / "report-t"), "--target", f"{label}=0",
                  "--random", f"{label}=-60"]) == 0
     summary = pd.read_csv(root / "report-t" / "summary.csv")
@@ -252,7 +261,7 @@ def test_report_targets_put_an_env_into_the_all_column(byo_grid):
     expected = (runs.loc["reference", "final_return"] + 60) / 60
     assert pooled.loc["reference", "estimate"] == pytest.approx(expected)
     page = (root / "report-t" / "index.html").read_text()
-    assert "No target and random return are known for MountainCarContinuous-v0:" in page
+    assert f"No target and random return are known for {MOUNTAIN_CAR}:" in page
 
 
 def test_a_rerun_skips_finished_runs_and_new_kwargs_get_their_own_folder(tmp_path, capsys):
