@@ -24,9 +24,11 @@ from helpers import make_learner, tiny_spec
 TINY = dataclasses.replace(REFERENCE, hidden_sizes=(16, 16), batch_size=32, learning_starts=50)
 
 
-def _train(out: Path, env_id: str, seeds=(0, 1), steps: int = 200, spec=TINY, **job) -> list[dict]:
+def _train(out: Path, env_id: str, seeds=(0, 1), steps: int = 200, spec=TINY, should_stop=lambda: False,
+           **job) -> list[dict]:
     budget = budget_for("smoke", env_id, steps, eval_episodes=1)
-    return train_job(Job("reference", "tiny", spec, {}, env_id, tuple(seeds), budget, str(out), **job))
+    return train_job(Job("reference", "tiny", spec, {}, env_id, tuple(seeds), budget, str(out), **job),
+                     should_stop=should_stop)
 
 
 def test_policy_module_is_the_evaluated_policy():
@@ -126,6 +128,30 @@ def test_tensorboard_scalars_equal_the_csv_records(tmp_path):
     alpha = [(e.step, e.value) for e in events.Scalars("diagnostics/alpha")]
     assert [s for s, _ in alpha] == diag["env_step"].tolist()
     np.testing.assert_allclose([v for _, v in alpha], diag["alpha"], rtol=1e-6)
+
+
+def test_tensorboard_scalars_of_a_resumed_run_equal_the_csv_records(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from harness.train import Interrupted
+
+    calls = iter(range(10_000))
+    # Evaluations every 19 steps; stopped at step 205, after the episode that ended at 200 was written on
+    # stopping but before the evaluation at 209: the resumed run purges it and writes it once more.
+    with pytest.raises(Interrupted):
+        _train(tmp_path, "Pendulum-v1", seeds=(0,), steps=380, tensorboard=True, should_stop=lambda: next(calls) == 205)
+    _train(tmp_path, "Pendulum-v1", seeds=(0,), steps=380, tensorboard=True)
+    run = tmp_path / "runs" / "Pendulum-v1" / "reference" / "seed_0"
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    for tag, csv, column in (("eval/return_mean", "eval.csv", "return_mean"),
+                             ("train/episode_return", "train.csv", "episode_return"),
+                             ("diagnostics/critic_loss", "diagnostics.csv", "critic_loss")):
+        records = pd.read_csv(run / csv)
+        logged = events.Scalars(tag)
+        assert [e.step for e in logged] == records["env_step"].tolist(), tag
+        np.testing.assert_allclose([e.value for e in logged], records[column], rtol=1e-6)
 
 
 def test_mujoco_task_trains(tmp_path):
