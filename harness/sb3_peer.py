@@ -41,7 +41,7 @@ from variants.learner import DIAGNOSTICS
 from variants.spec import VariantSpec, field_names
 
 from . import records
-from .envs import EnvInfo, env_info, make_vector_env
+from .envs import EnvInfo, EnvRef, as_ref, env_info, make_vector_env
 from .train import PROGRESS_EVERY, Interrupted, Job, MemberRecord, evaluate
 
 # Spec fields handed on to SB3's constructor; SB3's code fixes every other field at SB3_FIXED's value.
@@ -85,12 +85,12 @@ class _EpisodeTotals(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def build_model(spec: VariantSpec, env_id: str, seed: int, total_steps: int, device: str = "cpu") -> SAC:
+def build_model(spec: VariantSpec, env_id: "EnvRef | str", seed: int, total_steps: int, device: str = "cpu") -> SAC:
     """SB3's SAC with `spec`'s settings on one `env_id` env; `seed` seeds SB3's RNGs and the env's first reset."""
     problems = spec_problems(spec)
     if problems:
         raise ValueError("Stable-Baselines3's SAC cannot train this spec: " + "; ".join(problems))
-    vec_env = DummyVecEnv([lambda: _EpisodeTotals(gym.make(env_id))])
+    vec_env = DummyVecEnv([lambda: _EpisodeTotals(as_ref(env_id).make())])
     model = SAC(
         "MlpPolicy", vec_env, learning_rate=spec.lr_actor,
         buffer_size=min(spec.buffer_size, total_steps),  # as the native buffer: never wraps within a run
@@ -226,11 +226,11 @@ def _train_run(job: Job, on_progress: Callable[[int], None], should_stop: Callab
     config = job.run_config(seed)
     config["versions"] = {**config["versions"], "stable_baselines3": stable_baselines3.__version__}
     records.write_json(member.path / "config.json", config)
-    info = env_info(job.env_id)
-    eval_env = make_vector_env(job.env_id, budget.eval_episodes)
+    info = env_info(job.environment)
+    eval_env = make_vector_env(job.environment, budget.eval_episodes)
     model, protocol = None, _Protocol(job, member, info, eval_env, on_progress, should_stop)
     try:
-        model = build_model(job.spec, job.env_id, seed, budget.total_steps, job.device)
+        model = build_model(job.spec, job.environment, seed, budget.total_steps, job.device)
         model.learn(total_timesteps=budget.total_steps, callback=protocol)
     except (Interrupted, records.WriteError):
         raise
