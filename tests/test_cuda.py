@@ -11,7 +11,7 @@ import torch
 from variants import REFERENCE
 from variants.buffer import Batch, ReplayBuffer
 from variants.learner import SACLearner, actor_loss, critic_loss
-from helpers import ACT, OBS, SCALE
+from helpers import ACT, OBS, SCALE, train_batched_and_alone
 
 CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -110,17 +110,7 @@ def test_members_match_each_seed_alone(device, precision):
     # whether they are also bit-identical there.
     spec = _spec(precision, hidden_sizes=(32, 32), batch_size=32)
     seeds = list(range(30, 36))
-    batched, buf = SACLearner(spec, OBS, ACT, SCALE, seeds, device), _buffer(len(seeds), device)
-    alone = [SACLearner(spec, OBS, ACT, SCALE, [s], device) for s in seeds]
-    own = []
-    for m in range(len(seeds)):
-        b = ReplayBuffer(1, buf.capacity, OBS, ACT, device)
-        b.load_state_dict({name: getattr(buf, name)[m:m + 1, :buf.size] for name in buf.FIELDS} | {"pos": buf.pos, "size": buf.size})
-        own.append(b)
-    for _ in range(10):
-        batched.update(buf.sample(spec.batch_size, batched.generators))
-        for learner, b in zip(alone, own):
-            learner.update(b.sample(spec.batch_size, learner.generators))
+    batched, alone = train_batched_and_alone(spec, seeds, _buffer(len(seeds), device), 10, device)
     for m, learner in enumerate(alone):
         for stacked, single in zip(_params(batched), _params(learner)):
             k = stacked.shape[0] // len(seeds)

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from variants.buffer import Batch, ReplayBuffer
+from variants.buffer import Batch
 from variants.learner import critic_loss, policy_action, policy_sample, twin_q
-from helpers import ACT, OBS, SCALE, all_params, clone_generator, filled_buffer, make_learner, tiny_spec
+from helpers import ACT, OBS, SCALE, all_params, clone_generator, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 
 
 # --- a plain single-network SAC written independently of the learner ------------------------------
@@ -139,17 +139,7 @@ def test_nine_members_equal_each_seed_trained_alone_bit_for_bit(order):
     # thresholds of Adam and lerp; member m must still get exactly the arithmetic it gets alone.
     spec = tiny_spec(update_order=order)
     seeds = tuple(range(10, 19))
-    batched, buf = make_learner(spec, seeds), filled_buffer(len(seeds))
-    alone = [make_learner(spec, (seed,)) for seed in seeds]
-    own_buffers = []
-    for m in range(len(seeds)):
-        own = ReplayBuffer(1, buf.capacity, OBS, ACT)
-        own.load_state_dict({name: getattr(buf, name)[m:m + 1, :buf.size] for name in buf.FIELDS} | {"pos": buf.pos, "size": buf.size})
-        own_buffers.append(own)
-    for _ in range(30):
-        batched.update(buf.sample(spec.batch_size, batched.generators))
-        for learner, own in zip(alone, own_buffers):
-            learner.update(own.sample(spec.batch_size, learner.generators))
+    batched, alone = train_batched_and_alone(spec, seeds, filled_buffer(len(seeds)), 30)
     for m, learner in enumerate(alone):
         for stacked, single in zip(all_params(batched), all_params(learner)):
             k = stacked.shape[0] // len(seeds)

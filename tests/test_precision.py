@@ -8,10 +8,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from variants import CATALOG, REFERENCE
-from variants.buffer import ReplayBuffer
 from variants.learner import actor_loss, critic_loss
 from variants.networks import _StackedMLP, layer_dtypes, mlp_forward
-from helpers import ACT, OBS, all_params, filled_buffer, make_learner, tiny_spec
+from helpers import ACT, OBS, all_params, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 
 # bfloat16 keeps 8 significant bits: one rounding is off by up to 2^-8 = 0.39%. The losses, targets and
 # log-probs are float32 computations on activations that passed through a bfloat16 layer, so they stay
@@ -164,17 +163,7 @@ def test_bf16_members_equal_each_seed_trained_alone_bit_for_bit(order, hidden):
     # kernels' vector thresholds; with three hidden layers a ReLU runs between two bfloat16 layers.
     spec = dataclasses.replace(tiny_spec(update_order=order, precision="bf16"), hidden_sizes=hidden)
     seeds = tuple(range(20, 29))
-    batched, buf = make_learner(spec, seeds), filled_buffer(len(seeds))
-    alone = [make_learner(spec, (seed,)) for seed in seeds]
-    own_buffers = []
-    for m in range(len(seeds)):
-        own = ReplayBuffer(1, buf.capacity, OBS, ACT)
-        own.load_state_dict({name: getattr(buf, name)[m:m + 1, :buf.size] for name in buf.FIELDS} | {"pos": buf.pos, "size": buf.size})
-        own_buffers.append(own)
-    for _ in range(15):
-        batched.update(buf.sample(spec.batch_size, batched.generators))
-        for learner, own in zip(alone, own_buffers):
-            learner.update(own.sample(spec.batch_size, learner.generators))
+    batched, alone = train_batched_and_alone(spec, seeds, filled_buffer(len(seeds)), 15)
     _, batched_diag = batched.read_diagnostics()
     for m, learner in enumerate(alone):
         for stacked, single in zip(all_params(batched), all_params(learner)):
