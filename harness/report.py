@@ -646,7 +646,8 @@ def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[
 
 
 def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str]) -> str:
-    panels = [*envs, stats.ALL_ENVS]
+    # Over one environment 'all' is that environment's comparison again: no second column for it.
+    panels = [*envs, stats.ALL_ENVS] if len(envs) > 1 else list(envs)
     rows = []
     for variant in stats.variant_order(verdicts["variant"].tolist()):
         cells = [f"<th>{esc(variant)}</th>"]
@@ -660,7 +661,11 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
             label = v["verdict"]
             if label == stats.EQUIVALENT:
                 label = f"equivalent within +-{v['margin']:g}"
-            detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}" + ("" if v["paired"] or np.isnan(v["difference"]) else ", unpaired")
+            if v["paired"]:
+                detail = f"{int(v['n_pairs'])} seeds paired"
+            else:
+                detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}"
+                detail += "" if np.isnan(v["difference"]) else ", unpaired"
             unfinished = _unfinished_text(runs, variant, env)
             if unfinished:
                 detail += f" ({unfinished})"
