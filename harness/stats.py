@@ -753,6 +753,8 @@ def power_table(verdicts: pd.DataFrame) -> pd.DataFrame:
     """
     rows = []
     tested = verdicts.dropna(subset=["mdd"])
+    # An 'all' row over one environment repeats that environment's comparison.
+    tested = tested[(tested["env"] != ALL_ENVS) | tested["envs_compared"].str.contains(";")]
     for (metric, env), cell in tested.groupby(["metric", "env"], sort=False):
         rows.append((metric, env, len(cell), float(cell["mdd"].median()), float(cell["mdd"].max()),
                      float(cell["seeds_for_target"].median()), cell["units"].iloc[0]))
