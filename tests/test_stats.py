@@ -16,7 +16,7 @@ import pytest
 import scipy.stats
 from rliable import metrics as rly_metrics
 
-from harness import normalization, records, stats
+from harness import inference, normalization, records, stats
 from variants.catalog import CATALOG, REFERENCE
 
 DIAGNOSTIC_COLUMNS = ("env_step", "updates", "critic_loss", "actor_loss", "alpha", "alpha_loss", "entropy", "q_mean",
@@ -341,3 +341,26 @@ def test_failure_table_tests_failure_rates_exactly(tmp_path: Path) -> None:
     assert (row["failed"], row["n_runs"], row["reference_failed"], row["n_reference_runs"]) == (5, 5, 0, 5)
     assert row["p_value"] == pytest.approx(2 / 252)  # hypergeometric: 2 of C(10, 5) tables are this extreme
     assert row["p_holm"] == pytest.approx(2 / 252)
+
+
+def test_power_table_summarizes_the_verdicts_detectable_differences(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    for env, centre in (("Pendulum-v1", -200.0), ("LunarLanderContinuous-v3", 100.0)):
+        base = centre + 30 * rng.normal(size=5)
+        write_cell(tmp_path, env, "reference", base)
+        write_cell(tmp_path, env, "naive-tanh", base + 5 * rng.normal(size=5))
+        write_cell(tmp_path, env, "alpha-loss", base + 20 * rng.normal(size=5))
+    runs, _ = stats.load_runs(tmp_path)
+    verdicts = stats.verdict_table(runs, "reference")
+    power = stats.power_table(verdicts).set_index("env")
+    assert set(power.index) == {"Pendulum-v1", "LunarLanderContinuous-v3", "all"}  # 'all' pools two envs here
+    cell = verdicts[verdicts["env"] == "Pendulum-v1"]
+    assert power.loc["Pendulum-v1", "mdd_median"] == pytest.approx(cell["mdd"].median())
+    assert power.loc["Pendulum-v1", "mdd_max"] == pytest.approx(cell["mdd"].max())
+    assert power.loc["Pendulum-v1", "n_compared"] == 2
+    assert (verdicts["family_size"] == 6).all()  # 2 variants x (2 envs + all)
+    # The detectable difference is the noncentral-t solution at the family's level, from each test's se.
+    row = cell[cell["variant"] == "naive-tanh"].iloc[0]
+    half = (row["ci_high"] - row["ci_low"]) / 2
+    se = half / scipy.stats.t.ppf(1 - 0.05 / 6 / 2, row["n_pairs"] - 1)
+    assert row["mdd"] == pytest.approx(inference.minimum_detectable_difference(se, row["n_pairs"] - 1, 1 - 0.05 / 6))
