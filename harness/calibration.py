@@ -103,6 +103,8 @@ def format_null_study(study: NullStudy, salt0_dir: Path, salt1_dir: Path) -> lis
         per = f"{study.comparison_rate(metric):.2%}" if metric != "either" else ""
         lines.append(f"{metric:14s} {study.spurious_reports[metric]:>10d} of {study.reports:<6d} ({study.family_rate(metric):6.2%}) "
                      f"{study.family_upper(metric):>10.2%} {per:>15s}")
+    lines.append(f"(the reports resample {study.pool} seed pairs: the upper bound, exact for independent reports, is "
+                 f"optimistic when the pool is small against {study.compared} x {study.seeds} seeds a report)")
     return lines
 
 
