@@ -8,8 +8,9 @@ per-seed difference X_k - Y_k; where the seeds do not match it falls back to Wel
 The rule (`decide`): a report compares m (variant, environment) cells; each gets a two-sided t
 interval of the mean difference at level 1 - alpha/m (Bonferroni), so all m intervals hold at once
 with probability >= 1 - alpha whatever the dependence between cells. A cell is
-  better / worse          when its interval lies above / below 0,
-  equivalent within d     when it lies inside [-d, d],
+  better / worse          when its interval lies above / below 0 (and, where it also lies inside
+                          [-d, d], said to be too small to matter: `Decision.negligible`),
+  equivalent within d     when it lies inside [-d, d] and contains 0,
   no detectable difference otherwise, with the minimum detectable difference (80% power at the same
                           level) saying how large a difference the runs could have missed.
 Under the null the family-wise rate of any spurious better/worse is at most alpha (exactly, for normal
@@ -189,6 +190,7 @@ class Decision:
     p_adjusted: float  # Bonferroni: min(1, family_size * p)
     mdd: float  # minimum detectable difference at the same level and POWER
     family_size: int
+    negligible: bool = False  # the interval lies inside the margin: real (if better/worse) but too small to matter
 
 
 def decide(tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = EQUIVALENCE_MARGIN,
@@ -211,7 +213,8 @@ def decide(tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = E
             label = NO_DIFFERENCE
         p = test.p_value()
         mdd = minimum_detectable_difference(test.se, test.df, level) if with_mdd else math.nan
-        out.append(Decision(label, low, high, p, min(1.0, m * p), mdd, m))
+        negligible = margin is not None and -margin <= low and high <= margin
+        out.append(Decision(label, low, high, p, min(1.0, m * p), mdd, m, negligible))
     return out
 
 

@@ -661,6 +661,8 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
             label = v["verdict"]
             if label == stats.EQUIVALENT:
                 label = f"equivalent within +-{v['margin']:g}"
+            elif label in (stats.BETTER, stats.WORSE) and v["negligible"]:
+                label = f"{label}, by less than {v['margin']:g} (too small to matter)"
             if v["paired"]:
                 detail = f"{int(v['n_pairs'])} seeds paired"
             else:

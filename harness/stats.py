@@ -616,7 +616,7 @@ def _order_summary(frame: pd.DataFrame) -> pd.DataFrame:
 VERDICT_COLUMNS = (
     "env", "variant", "reference", "metric", "units", "verdict", "difference", "ci_low", "ci_high",
     "p_value", "p_adjusted", "mdd", "seeds_for_target", "paired", "n_pairs", "n_runs", "n_reference_runs",
-    "family_size", "level", "margin", "poi", "poi_ci_low", "poi_ci_high", "envs_compared",
+    "negligible", "family_size", "level", "margin", "poi", "poi_ci_low", "poi_ci_high", "envs_compared",
 )
 
 
@@ -654,7 +654,8 @@ def verdict_table(
     env's comparison, not a second one. Every distinct comparison of the table is one member of the
     family that `inference.decide` holds at family-wise level `alpha`.
     A side with fewer than `min_runs` runs gets 'too few runs'; no reference runs: 'no reference'.
-    Columns: `VERDICT_COLUMNS` (n_pairs: the seeds compared pairwise, 0 when unpaired). mdd: the difference detected with 80% power at the family's level;
+    Columns: `VERDICT_COLUMNS` (n_pairs: the seeds compared pairwise, 0 when unpaired; negligible: the
+    interval lies inside the margin, so a better/worse there is real but too small to matter). mdd: the difference detected with 80% power at the family's level;
     seeds_for_target: the seeds that would detect `target` at that level. poi: P(a variant run beats
     a reference run) with its bootstrap interval (rliable), an effect size beside the verdict (NaN
     with `effect_sizes=False`, which skips the bootstraps and the seeds search: the verdicts do not use them).
@@ -727,6 +728,7 @@ def verdict_table(
             "paired": bool(test.paired) if test else False,
             "n_pairs": test.n_x if test is not None and test.paired else 0,
             "n_runs": r["n_runs"], "n_reference_runs": r["n_reference_runs"],
+            "negligible": bool(decision.negligible) if decision else False,
             "family_size": len(family), "level": level,
             "margin": margin if r["units"] == "normalized" else math.nan,
             "poi": poi.estimate if poi else math.nan, "poi_ci_low": poi.low if poi else math.nan,

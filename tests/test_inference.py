@@ -93,6 +93,10 @@ def test_decide_labels_from_simultaneous_intervals() -> None:
     assert (decisions[3].low, decisions[3].high) == pytest.approx(tests[3].interval(level))
     assert decisions[0].p_adjusted == pytest.approx(min(1.0, 4 * tests[0].p_value()))
     assert decisions[3].mdd > abs(tests[3].difference)
+    assert [d.negligible for d in decisions] == [False, False, True, False]
+    # A real but tiny difference: better, and said to be too small to matter.
+    tiny = inference.decide([inference.paired_test(np.array([0.010, 0.011, 0.009, 0.0105]), np.zeros(4))])[0]
+    assert tiny.verdict == inference.BETTER and tiny.negligible
     # Without a margin nothing is called equivalent.
     assert inference.decide(tests[2:3], margin=None)[0].verdict == inference.NO_DIFFERENCE
 
