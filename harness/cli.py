@@ -20,16 +20,16 @@ from variants.networks import PRECISIONS
 from variants.spec import VariantSpec, parse_override, with_overrides
 from variants.userfile import VariantFileError, load_variants_file
 
-from .check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
-from .check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
-from .envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
-from . import normalization
-from . import grid
-from .implementations import TRAINERS
+from .judging.check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
+from .judging.check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
+from .running.envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
+from .judging import normalization
+from .running import grid
+from .running.implementations import TRAINERS
 from .records import WriteError
-from .train import Interrupted, no_update_reason
+from .running.train import Interrupted, no_update_reason
 from .live import DEFAULT_EVERY as LIVE_EVERY, LiveReport
-from .profiles import PROFILES, NoBudget, budget_for
+from .running.profiles import PROFILES, NoBudget, budget_for
 
 
 class UsageError(Exception):
@@ -309,12 +309,12 @@ def cmd_list(variants_file: str | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from . import ray_backend
+    from .running import ray_backend
 
     if args.backend == "ray" and not ray_backend.ray_available():
         raise UsageError(ray_backend.INSTALL_HINT)
     if args.tensorboard:
-        from . import tensorboard_log
+        from .running import tensorboard_log
 
         if not tensorboard_log.available():
             raise UsageError(tensorboard_log.INSTALL_HINT)
@@ -377,7 +377,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from . import check
+    from .judging import check
 
     overrides, variants = select_variants(args.variants, args.overrides, user_variants(args.variants_file))
     variant_names = list(variants)
@@ -430,7 +430,7 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _print_false_alarm_study(args: argparse.Namespace, variant_names: list[str], baseline: Path, results: Path) -> int:
-    from . import check
+    from .judging import check
 
     try:
         study = check.false_alarm_study(baseline, results, variant_names, args.seeds, args.tolerance)
@@ -467,7 +467,7 @@ def _counts(text: str, flag: str) -> list[int]:
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:
-    from . import calibration
+    from .judging import calibration
 
     folders = [args.salt0, args.salt1] if args.command == "null-study" else [args.reference, args.effect]
     for folder in folders:
@@ -490,7 +490,7 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench
+    from .running.bench import run_bench
 
     try:
         members = [int(m) for m in args.members.split(",")]
@@ -506,7 +506,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:
-    from .gpu_check import STEPS, run_gpu_check
+    from .running.gpu_check import STEPS, run_gpu_check
 
     steps = _split_names(args.only, list(STEPS), "step")
     _resolve_device(args.device)  # no CUDA device: one line and exit 2 before anything runs
@@ -519,7 +519,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
 def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None) -> int:
     """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones."""
     try:
-        from .report import report_command
+        from .judging.report import report_command
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
@@ -532,7 +532,7 @@ def _report_dir(results: Path, out: Path | None) -> Path:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import ExportError, export_command
+    from .running.export import ExportError, export_command
 
     try:
         return export_command(Path(args.results), args.format)

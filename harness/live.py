@@ -34,7 +34,7 @@ class LiveReport:
         now = self.clock()
         if self.last is not None and now - self.last < self.every:
             return
-        from .report import build_report  # matplotlib and friends: only once a report is due
+        from .judging.report import build_report  # matplotlib and friends: only once a report is due
 
         self.last = now
         try:

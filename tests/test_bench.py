@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from harness.bench import _orientations, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
+from harness.running.bench import _orientations, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
 
 
 def test_update_gemm_shapes_and_flops_by_hand():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.bench import fastest_ways, update_gemms
+from harness.running.bench import fastest_ways, update_gemms
 from variants import CATALOG
 from variants.buffer import ReplayBuffer
 from variants.learner import SACLearner

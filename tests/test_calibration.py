@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import calibration, normalization
+from harness.judging import calibration, normalization
 from harness.cli import main
 from test_stats import write_run
 

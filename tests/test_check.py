@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import check, records
+from harness.judging import check
+
+from harness import records
 from harness.cli import main
-from harness.normalization import normalized_score
+from harness.judging.normalization import normalized_score
 from test_stats import write_run
 
 ENV = "Pendulum-v1"
@@ -122,7 +124,7 @@ COMMITTED_BASELINE = ROOT / "results" / "baselines" / "ci"
 
 def test_committed_baseline_has_the_default_variants_at_the_ci_budget():
     meta = records.read_json(COMMITTED_BASELINE / "baseline.json")
-    from harness.profiles import budget_for
+    from harness.running.profiles import budget_for
 
     assert meta["budget"]["total_steps"] == budget_for("ci", ENV).total_steps
     for variant in check.DEFAULT_VARIANTS:

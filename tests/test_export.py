@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.envs import env_info
-from harness.policy import PolicyModule, load_policy_state, save_final_policy
-from harness.profiles import budget_for
-from harness.train import Job, train_job
+from harness.running.envs import env_info
+from harness.running.policy import PolicyModule, load_policy_state, save_final_policy
+from harness.running.profiles import budget_for
+from harness.running.train import Job, train_job
 from variants import REFERENCE
 from variants.actions import env_action
 from helpers import make_learner, tiny_spec
@@ -134,7 +134,7 @@ def test_tensorboard_scalars_of_a_resumed_run_equal_the_csv_records(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from harness.train import Interrupted
+    from harness.running.train import Interrupted
 
     calls = iter(range(10_000))
     # Evaluations every 19 steps; stopped at step 205, after the episode that ended at 200 was written on

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import gpu_check
+from harness.running import gpu_check
 from harness.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

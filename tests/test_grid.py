@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import grid, records
+from harness.running import grid
+
+from harness import records
 from harness.cli import main
-from harness.profiles import budget_for
-from harness.train import Job, checkpoint_path, train_job
+from harness.running.profiles import budget_for
+from harness.running.train import Job, checkpoint_path, train_job
 from variants import CATALOG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +89,7 @@ def test_ray_backend_gives_the_local_curves(tmp_path, capsys):
 
 
 def test_ray_backend_without_ray_says_how_to_install(tmp_path, monkeypatch, capsys):
-    from harness import ray_backend
+    from harness.running import ray_backend
 
     monkeypatch.setattr(ray_backend, "ray_available", lambda: False)
     assert main(grid_args(tmp_path) + ["--backend", "ray"]) == 2

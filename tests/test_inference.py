@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness import inference
+from harness.judging import inference
 
 
 def test_paired_test_equals_scipy_ttest_rel() -> None:

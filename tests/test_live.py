@@ -44,7 +44,7 @@ def test_live_report_is_rebuilt_when_due_and_skips_unfinished_runs(tmp_path: Pat
 
 
 def test_a_failing_live_report_does_not_stop_the_grid(tmp_path: Path, monkeypatch) -> None:
-    from harness import report
+    from harness.judging import report
 
     def broken(*args, **kwargs):
         raise OSError("disk full")

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import normalization, records, report, stats
+from harness.judging import normalization, report, stats
+
+from harness import records
 from test_stats import write_cell, write_run
 
 MALICIOUS = "<img src=x onerror=alert(1)>&\"'"  # a legal folder name that is also HTML
@@ -184,7 +186,7 @@ def test_report_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_report_module_does_not_import_the_learner_or_torch() -> None:
     # The report reads files only: importing it (and stats) must not pull in the learner or torch.
-    probe = ("import sys, harness.report, harness.stats; "
+    probe = ("import sys, harness.judging.report, harness.judging.stats; "
              "bad = [m for m in ('torch', 'variants.learner') if m in sys.modules]; "
              "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=Path(report.__file__).parents[1],

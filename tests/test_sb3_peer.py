@@ -16,10 +16,10 @@ from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
 from harness import records
 from harness.cli import main, select_variants
-from harness.envs import LockstepEnvs
-from harness.implementations import TRAINERS, run_job
-from harness.profiles import Budget
-from harness.train import Interrupted, Job, eval_reset_seeds
+from harness.running.envs import LockstepEnvs
+from harness.running.implementations import TRAINERS, run_job
+from harness.running.profiles import Budget
+from harness.running.train import Interrupted, Job, eval_reset_seeds
 from variants.catalog import CATALOG, distinct_variants
 
 needs_sb3 = pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
@@ -74,7 +74,7 @@ class RecordingResets(gym.vector.VectorWrapper):
 
 @needs_sb3
 def test_evaluation_and_training_envs_are_reset_with_the_native_seeds(tmp_path, monkeypatch):
-    from harness import sb3_peer, train
+    from harness.running import sb3_peer, train
 
     seen: dict[str, list] = {"sb3": [], "native": []}
     for module, key in ((sb3_peer, "sb3"), (train, "native")):
@@ -98,7 +98,7 @@ def test_evaluation_and_training_envs_are_reset_with_the_native_seeds(tmp_path, 
 
 @needs_sb3
 def test_sb3_makes_as_many_updates_as_the_native_learner(tmp_path):
-    from harness import sb3_peer
+    from harness.running import sb3_peer
 
     spec = job_for(tmp_path).spec
     model = sb3_peer.build_model(spec, ENV, seed=0, total_steps=STEPS)
@@ -112,7 +112,7 @@ def test_sb3_makes_as_many_updates_as_the_native_learner(tmp_path):
 
 @needs_sb3
 def test_time_limit_truncation_bootstraps_from_the_last_observation(tmp_path):
-    from harness import sb3_peer
+    from harness.running import sb3_peer
 
     # No updates (learning_starts = budget): Pendulum's 200-step time limit ends the first episode.
     model = sb3_peer.build_model(job_for(tmp_path, learning_starts=250).spec, ENV, seed=0, total_steps=250)
@@ -212,7 +212,7 @@ def test_nan_loss_is_diverged_and_an_exception_failed_as_natively(tmp_path):
 
 @needs_sb3
 def test_spec_problems_name_what_sb3_cannot_do():
-    from harness import sb3_peer
+    from harness.running import sb3_peer
 
     assert sb3_peer.spec_problems(CATALOG["sb3-sac"].spec) == []
     spec = dataclasses.replace(CATALOG["sb3-sac"].spec, log_prob="softplus", lr_critic=1e-3, learning_starts=10)
@@ -254,7 +254,7 @@ def test_all_runs_one_of_two_bit_identical_variants():
 
 
 def test_report_says_which_variant_stands_in_for_one_not_run():
-    from harness.report import same_as_note
+    from harness.judging.report import same_as_note
 
     runs = pd.DataFrame({"variant": ["reference", "joint-update"]})
     note = same_as_note(runs)

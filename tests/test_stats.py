@@ -16,7 +16,9 @@ import pytest
 import scipy.stats
 from rliable import metrics as rly_metrics
 
-from harness import inference, normalization, records, stats
+from harness.judging import inference, normalization, stats
+
+from harness import records
 from variants.catalog import CATALOG, REFERENCE
 
 DIAGNOSTIC_COLUMNS = ("env_step", "updates", "critic_loss", "actor_loss", "alpha", "alpha_loss", "entropy", "q_mean",

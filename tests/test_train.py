@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.envs import LockstepEnvs, make_vector_env
-from harness.profiles import budget_for
-from harness.train import Interrupted, Job, MemberRecord, _record_diagnostics, checkpoint_path, store_transition, train_job
+from harness.running.envs import LockstepEnvs, make_vector_env
+from harness.running.profiles import budget_for
+from harness.running.train import Interrupted, Job, MemberRecord, _record_diagnostics, checkpoint_path, store_transition, train_job
 from variants import CATALOG, REFERENCE
 from variants.buffer import ReplayBuffer
 from helpers import filled_buffer, make_learner, tiny_spec

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.envs import EnvError, EnvRef, env_info
-from harness.train import identity
+from harness.running.envs import EnvError, EnvRef, env_info
+from harness.running.train import identity
 
 
 class PointMass(gym.Env):
@@ -89,7 +89,7 @@ def test_user_class_and_factory_are_made_with_their_kwargs():
             break
     assert steps == 7
     # Gymnasium's own module:EnvId form: the module registers EnvId when imported.
-    assert env_info("harness.envs:Pendulum-v1").obs_dim == 3
+    assert env_info("harness.running.envs:Pendulum-v1").obs_dim == 3
 
 
 @pytest.mark.parametrize("entry, message", [

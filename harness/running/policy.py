@@ -5,7 +5,7 @@ of a run each complete member's slice is saved to `policy.pt` in its run folder,
 rebuild the policy without the learner: the layer weights, the observation and action sizes, the
 action bounds, and the run's config (spec, environment). `PolicyModule` is that policy as ordinary
 `nn.Linear` layers: observation in, the action the harness's evaluation sends to the environment out
-(tanh of the Gaussian mean, mapped affinely onto the bounds). Exports (`harness.export`) start from it.
+(tanh of the Gaussian mean, mapped affinely onto the bounds). Exports (`harness.running.export`) start from it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import records
+from .. import records
 
 POLICY_FILE = "policy.pt"
 POLICY_FORMAT = "sacbench-policy-1"

@@ -1,12 +1,12 @@
 """Stable-Baselines3's SAC as a peer implementation, trained under the harness's protocol.
 
 SB3's own loop (`SAC.learn`) trains, with SB3's networks, replay buffer, exploration and update; a
-callback holds it to the protocol of `harness.train` and writes the same run records
+callback holds it to the protocol of `harness.running.train` and writes the same run records
 (results/README.md):
 
 - environments: `gym.make(env_id)`, reset with the run seed first and without a seed after every
   episode end (SB3's DummyVecEnv seeded by `SAC(seed=...)`), as `LockstepEnvs` does;
-- evaluation: after the update of each step in `Budget.eval_steps()`, through `harness.train.evaluate`
+- evaluation: after the update of each step in `Budget.eval_steps()`, through `harness.running.train.evaluate`
   itself (same vector env, reset seeds `eval_reset_seeds`, tanh of the mean mapped onto the bounds);
 - updates: SB3 updates after env step t when t > learning_starts, from a buffer of t transitions;
   `spec_problems` refuses specs where that would be before the buffer holds a batch, so the count
@@ -15,7 +15,7 @@ callback holds it to the protocol of `harness.train` and writes the same run rec
   (handle_timeout_termination, its default) stores it as not done, so its target bootstraps from the
   episode's last observation (`terminal_observation`), as the native learner's does.
 
-Importing this module imports Stable-Baselines3; `harness.implementations` imports it only when an
+Importing this module imports Stable-Baselines3; `harness.running.implementations` imports it only when an
 sb3 run is asked for.
 """
 
@@ -40,7 +40,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from variants.learner import DIAGNOSTICS
 from variants.spec import VariantSpec, field_names
 
-from . import records
+from .. import records
 from .envs import EnvInfo, EnvRef, as_ref, env_info, make_vector_env
 from .train import PROGRESS_EVERY, Interrupted, Job, MemberRecord, evaluate
 
@@ -105,7 +105,7 @@ def build_model(spec: VariantSpec, env_id: "EnvRef | str", seed: int, total_step
 
 
 class MeanAction:
-    """SB3's deterministic action tanh(mean), in [-1, 1], in the form `harness.train.evaluate` asks for."""
+    """SB3's deterministic action tanh(mean), in [-1, 1], in the form `harness.running.train.evaluate` asks for."""
 
     def __init__(self, model: SAC):
         self.model = model
@@ -118,7 +118,7 @@ class MeanAction:
 
 
 class _Protocol(BaseCallback):
-    """Records one run as `harness.train` does, and stops SB3's loop on request or divergence.
+    """Records one run as `harness.running.train` does, and stops SB3's loop on request or divergence.
 
     SB3's loop per env step t: `on_rollout_start`, act, env step (t counted), `on_step`, store, then the
     update of step t. So what follows step t's update (diagnostics, evaluation) happens at the next

@@ -1,6 +1,6 @@
 """`python -m harness export RESULTS [--format onnx|torchscript]`: hand each run's final policy on.
 
-For every run folder with a `policy.pt` (written at the end of each complete run, `harness.policy`) it
+For every run folder with a `policy.pt` (written at the end of each complete run, `harness.running.policy`) it
 writes, next to the run's records:
 
     policy.onnx / policy.torchscript.pt   observation (batch, obs_dim) float32 in, environment action
@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import records
+from .. import records
 from .envs import EnvRef
 from .policy import POLICY_FILE, PolicyError, PolicyModule, load_policy_state
 

@@ -23,7 +23,7 @@ from variants.learner import DIAGNOSTICS, SACLearner
 from variants.rewards import transform_reward
 from variants.spec import VariantSpec
 
-from . import records
+from .. import records
 from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, make_vector_env
 from .policy import save_final_policy
 from .tensorboard_log import ScalarLog
@@ -47,7 +47,7 @@ class Job:
     out: str
     device: str = "cpu"
     command: tuple[str, ...] = ()
-    implementation: Implementation = "native"  # the code that trains it (`harness.implementations`)
+    implementation: Implementation = "native"  # the code that trains it (`harness.running.implementations`)
     env_ref: Optional[EnvRef] = None  # how to make the env when it is not the registered id `env_id`
     normalization: Optional[dict] = None  # {"target", "random"} given by --target / --random for env_id
     tensorboard: bool = False  # also write evaluation returns and diagnostics as TensorBoard scalars

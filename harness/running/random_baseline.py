@@ -1,7 +1,7 @@
 """Measure R_random, the mean return of a uniform random policy, on every benchmark environment.
 
-Run as `python -m harness.random_baseline` (options: `--episodes`, `--seed`). It prints one line per
-environment and the constants to paste into `harness/normalization.py`.
+Run as `python -m harness.running.random_baseline` (options: `--episodes`, `--seed`). It prints one line per
+environment and the constants to paste into `harness/judging/normalization.py`.
 
 The policy draws every action uniformly within the environment's action bounds, from the action
 space's own generator seeded once with `--seed`; episode `i` resets the environment with seed
@@ -64,7 +64,7 @@ def measure_random_return(env_id: str, episodes: int = DEFAULT_EPISODES, seed: i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.random_baseline", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.running.random_baseline", description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="episodes per environment")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="action-space seed; episode i resets with seed+i")
     parser.add_argument("--envs", nargs="+", default=list(ENV_IDS), help="gymnasium ids")

@@ -10,7 +10,7 @@ default fp32 and bf16):
 - the same update with 16x16 networks: the per-update cost that does not scale with width;
 - member scaling: time per member-update for S = 1, 4, 8, 16;
 - end to end: environment steps per second on Pendulum-v1 with one update per step after the warm-up
-  (the training loop of `harness.train` without evaluations), each precision and Stable-Baselines3's
+  (the training loop of `harness.running.train` without evaluations), each precision and Stable-Baselines3's
   SAC at identical settings when it is installed (`pip install -e ".[bench]"`), in alternating runs.
 """
 

@@ -33,7 +33,7 @@ from rliable import library as rly
 from variants.catalog import CATALOG
 
 from . import inference, normalization
-from .records import STATES
+from ..records import STATES
 
 # --- constants -----------------------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ RETURN_METRICS = ("final_return", "auc_return")  # the per-run scores the report
 AGGREGATES = ("iqm", "mean", "median", "optimality_gap")
 ALL_ENVS = "all"  # the env label of aggregates over environments (on normalized scores)
 
-# Verdict labels (harness.inference gives the rule).
+# Verdict labels (harness.judging.inference gives the rule).
 BETTER = inference.BETTER
 WORSE = inference.WORSE
 EQUIVALENT = inference.EQUIVALENT

@@ -41,12 +41,12 @@ R_TARGET: dict[str, float] = {
 
 # R_random: mean undiscounted return of a uniform random policy (actions uniform within the action
 # bounds), measured with
-#     python -m harness.random_baseline            (= --episodes 100 --seed 0)
+#     python -m harness.running.random_baseline            (= --episodes 100 --seed 0)
 # i.e. 100 episodes per environment, the action space seeded with 0, episode i reset with seed i,
 # each episode run to termination or the registered time limit (gymnasium 1.x with box2d).
 # Standard errors of these means: Pendulum 29.5, LunarLanderContinuous 11.2, BipedalWalker 1.5.
 # The MuJoCo rows the same way (gymnasium 1.4, mujoco 4.0.1), with
-#     python -m harness.random_baseline --envs HalfCheetah-v5 Hopper-v5 Walker2d-v5 Ant-v5 Humanoid-v5 Swimmer-v5
+#     python -m harness.running.random_baseline --envs HalfCheetah-v5 Hopper-v5 Walker2d-v5 Ant-v5 Humanoid-v5 Swimmer-v5
 # standard errors: HalfCheetah 7.3, Hopper 1.8, Walker2d 0.8, Ant 8.3, Humanoid 3.6, Swimmer 0.9.
 R_RANDOM: dict[str, float] = {
     "Pendulum-v1": -1207.555,

@@ -1,7 +1,7 @@
 """The code that trains each kind of catalog entry (`CatalogEntry.implementation`), as a registry.
 
-"native" is the harness's own batched learner (`harness.train`); "sb3" is Stable-Baselines3's SAC
-(`harness.sb3_peer`), imported only when an sb3 run is asked for, so that the harness works without
+"native" is the harness's own batched learner (`harness.running.train`); "sb3" is Stable-Baselines3's SAC
+(`harness.running.sb3_peer`), imported only when an sb3 run is asked for, so that the harness works without
 the optional `sb3` extra.
 """
 

@@ -1,7 +1,7 @@
 """The report of one results folder: tables, figures and one offline HTML page.
 
 `build_report(results_dir, out_dir)` reads only run records (results/README.md) through
-`harness.stats`, never a learner, and writes into `out_dir`:
+`harness.judging.stats`, never a learner, and writes into `out_dir`:
 
     index.html          verdicts, each variant's differences from the reference, figures, protocol
     runs.csv            one row per readable run (runs.csv's columns + reason)
@@ -42,7 +42,9 @@ from rliable import plot_utils  # noqa: E402
 from variants.catalog import CATALOG, REFERENCE  # noqa: E402
 from variants.spec import field_doc  # noqa: E402
 
-from . import inference, normalization, records, stats  # noqa: E402
+from . import inference, normalization, stats  # noqa: E402
+
+from .. import records
 
 REFERENCE_NAME = "reference"
 STATE_COLORS = {"complete": "#4c9a2a", "diverged": "#e69f00", "failed": "#d55e00"}
@@ -109,7 +111,7 @@ def build_report(
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
 
     Normalization constants, per env: `targets` / `randoms` ({env: return}, from `report --target
-    --random`), else those the runs recorded (`run --target --random`), else harness.normalization's table.
+    --random`), else those the runs recorded (`run --target --random`), else harness.judging.normalization's table.
     An env with neither is reported in raw returns only and left out of the pooled `all` column.
     `pending`: runs of a grid still running (a live report); the page says how many are to come.
     """
@@ -944,7 +946,7 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
         f"<li>Verdicts need at least {stats.MIN_RUNS_FOR_VERDICT} runs on each side (otherwise <em>too few "
         "runs</em>): below that a t interval has too few degrees of freedom to detect anything.</li>"
         "<li>Normalized score = (R - R_random) / (R_target - R_random); R_random measured with "
-        "<code>python -m harness.random_baseline</code> (100 episodes per env, uniform random actions, seed 0).</li>"
+        "<code>python -m harness.running.random_baseline</code> (100 episodes per env, uniform random actions, seed 0).</li>"
         "</ul>"
     )
     out.append(_table(["env", "R_random", "R_target"],
@@ -976,10 +978,10 @@ def _package_version(name: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m harness.report RESULTS --out OUT` (the harness CLI calls `report_command` directly)."""
+    """`python -m harness.judging.report RESULTS --out OUT` (the harness CLI calls `report_command` directly)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m harness.report", description="Build the report of a results folder.")
+    parser = argparse.ArgumentParser(prog="python -m harness.judging.report", description="Build the report of a results folder.")
     parser.add_argument("results", type=Path, help="results folder (results/NAME)")
     parser.add_argument("--out", type=Path, required=True, help="report folder (reports/NAME)")
     parser.add_argument("--reference", default=REFERENCE_NAME, help="variant the others are compared with")

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import records
+from .. import records
 
 DEFAULT_BASELINE = Path("results/baselines/ci")
 DEFAULT_VARIANTS = ("reference", "blog-sac2")

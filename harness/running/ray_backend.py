@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from . import records
+from .. import records
 from .train import Job
 
 INSTALL_HINT = 'the Ray backend needs Ray: pip install -e ".[ray]"'

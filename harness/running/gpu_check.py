@@ -39,7 +39,7 @@ from variants import REFERENCE
 from variants.buffer import ReplayBuffer
 from variants.learner import SACLearner
 
-from . import records
+from .. import records
 
 BUDGET_S = 450.0  # all steps together; the machine's start and the interpreter's come on top
 REPORT = "gpu_check.txt"

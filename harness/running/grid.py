@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from variants.catalog import CatalogEntry
 
-from . import records
+from .. import records
 from .envs import EnvRef
 from .profiles import Budget
 from .implementations import TRAINERS, run_job

@@ -1,0 +1,1 @@
+"""The running half: environments, budgets, training jobs, grids, run records' writers, exports."""
