@@ -284,7 +284,7 @@ def format_outcome(outcome: CheckOutcome, tolerance: float, overridden: bool = F
         result = "REGRESSION" if c.regression else "ok"
         if c.lost_seeds:
             result += f" (seed(s) {', '.join(map(str, c.lost_seeds))} completed in the baseline, now did not)"
-        if c.new_states != c.baseline_states:
+        if any(state in c.new_states for state in ("failed", "diverged")):
             result += f" (runs: {c.new_states}; baseline: {c.baseline_states})"
         lines.append(f"{c.variant:14s} {c.metric:13s} {base:>28s} {c.threshold:10.3f} {c.new:8.3f}  {result}")
     lines.append(f"(normalized scores: 0 = uniform random policy, 1 = target return; tolerance {tolerance})")
