@@ -263,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("--ns", default="5,10", help="seeds per side (default 5,10)")
     power.add_argument("--families", default="1,8", help="family sizes whose per-comparison level to use (default 1,8)")
     power.add_argument("--draws", type=_positive_int("--draws"), default=500)
+    power.add_argument("--metric", default="final_return", choices=("final_return", "auc_return"))
 
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
@@ -480,8 +481,9 @@ def cmd_calibration(args: argparse.Namespace) -> int:
             lines = calibration.format_null_study(study, Path(args.salt0), Path(args.salt1))
         else:
             rows = calibration.power_study(Path(args.reference), Path(args.effect), args.variant, args.env,
-                                           _counts(args.ns, "--ns"), _counts(args.families, "--families"), args.draws)
-            lines = calibration.format_power_study(rows, Path(args.reference), Path(args.effect))
+                                           _counts(args.ns, "--ns"), _counts(args.families, "--families"), args.draws,
+                                           metric=args.metric)
+            lines = calibration.format_power_study(rows, Path(args.reference), Path(args.effect), args.metric)
     except calibration.CalibrationError as exc:
         raise UsageError(f"{args.command}: {exc}") from None
     for line in lines:

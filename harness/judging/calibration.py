@@ -121,13 +121,13 @@ class PowerRow:
 
 def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
                 ns: Sequence[int] = (5, 10), families: Sequence[int] = (1, 8), draws: int = 500,
-                rng_seed: int = 0) -> list[PowerRow]:
+                rng_seed: int = 0, metric: str = "final_return") -> list[PowerRow]:
     """Detection rates of the effect in `effect_dir` against `reference_dir` (see the module doc)."""
     if not normalization.can_normalize(env):
         raise CalibrationError(f"{env} has no normalization constants: the study works in normalized score")
     ref, eff = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
     score = lambda frame, seeds: normalization.normalized_score(  # noqa: E731
-        frame.loc[list(seeds), "final_return"].to_numpy(float), env)
+        frame.loc[list(seeds), metric].to_numpy(float), env)
     common = sorted(set(ref.index) & set(eff.index))
     true_sign = np.sign(score(eff, common).mean() - score(ref, common).mean()) if common else 0.0
     rng = np.random.default_rng(rng_seed)
@@ -159,8 +159,9 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
     return rows
 
 
-def format_power_study(rows: Sequence[PowerRow], reference_dir: Path, effect_dir: Path) -> list[str]:
-    lines = [f"power study: {effect_dir} against {reference_dir} (normalized final return)",
+def format_power_study(rows: Sequence[PowerRow], reference_dir: Path, effect_dir: Path,
+                       metric: str = "final_return") -> list[str]:
+    lines = [f"power study: {effect_dir} against {reference_dir} (normalized {metric})",
              f"{'seeds':>5s} {'design':8s} {'family':>6s} {'detected':>18s} {'wrong sign':>10s} {'mean diff':>10s}"]
     for r in rows:
         lines.append(f"{r.n:>5d} {'paired' if r.paired else 'unpaired':8s} {r.family:>6d} "
