@@ -34,8 +34,7 @@ class CalibrationError(ValueError):
 
 def _scored_runs(results_dir: Path, variant: str, env: str) -> pd.DataFrame:
     """The scored runs (`stats.score_failures`) of `variant` on `env` in `results_dir`, indexed by seed."""
-    data = stats.scan_results(results_dir)
-    runs = stats.score_failures(data.runs, data.eval_curves, data.configs)
+    runs = stats.scan_results(results_dir).scored_runs()
     runs = runs[(runs["variant"] == variant) & (runs["env"] == env)]
     return stats.counted_runs(runs).set_index("seed", drop=False)
 

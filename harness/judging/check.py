@@ -136,13 +136,6 @@ def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
     return dataclasses.replace(check, new=iqm, new_states=_states(new), lost_seeds=lost)
 
 
-def _scored(results) -> "pd.DataFrame":
-    """The runs of a `stats.RunRecords`, failed and diverged ones scored."""
-    from . import stats
-
-    return stats.score_failures(results.runs, results.eval_curves, results.configs)
-
-
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
             reps: int = 2000, seeds: Sequence[int] | None = None) -> CheckOutcome:
     """Compare the runs of `variants` on the check env in `new_dir` against `baseline_dir`.
@@ -155,7 +148,7 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
     warnings = [*base_records.warnings, *new_records.warnings]
     checks: list[MetricCheck] = []
-    scored = _scored(new_records)
+    scored = new_records.scored_runs()
     for check in _baseline_checks(base_records.runs, variants, tolerance, reps, baseline_dir):
         runs = scored
         new = runs[(runs.variant == check.variant) & (runs.env == CHECK_ENV)]
@@ -211,7 +204,7 @@ def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[
 
     base_runs = stats.scan_results(baseline_dir).runs
     baseline_checks = _baseline_checks(base_runs, variants, tolerance, reps, baseline_dir)
-    runs = _scored(stats.scan_results(results_dir))
+    runs = stats.scan_results(results_dir).scored_runs()
     runs = runs[runs.env == CHECK_ENV]
     per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
     seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - set(base_runs["seed"]))

@@ -74,6 +74,10 @@ class ReportSummary:
     warnings: tuple[str, ...]  # one line per skipped run folder
 
 
+class NoReadableRuns(ValueError):
+    """The results folder holds no run that can be read: no report is written."""
+
+
 # --- entry points --------------------------------------------------------------------------------
 
 
@@ -91,10 +95,11 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = REFERENCE_
     if not stats.find_run_folders(results_dir):
         print(f"error: {results_dir} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
         return 2
-    if stats.scan_results(results_dir).runs.empty:
-        print(f"error: {results_dir} holds no readable run (every run folder is unfinished or corrupt)", file=sys.stderr)
+    try:
+        summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms)
+    except NoReadableRuns as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms)
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     states = ", ".join(f"{n} {state}" for state, n in summary.state_counts.items() if n)
@@ -114,6 +119,7 @@ def build_report(
     --random`), else those the runs recorded (`run --target --random`), else harness.judging.normalization's table.
     An env with neither is reported in raw returns only and left out of the pooled `all` column.
     `pending`: runs of a grid still running (a live report); the page says how many are to come.
+    Raises NoReadableRuns, before writing anything, when no run of `results_dir` can be read.
     """
     recorded_targets, recorded_randoms, _ = normalization.recorded(normalization.read_configs(results_dir))
     with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
@@ -125,8 +131,10 @@ def _build_report(results_dir: Path, out_dir: Path, reference: str, reps: int, p
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
     data = stats.scan_results(results_dir)
+    if data.runs.empty:
+        raise NoReadableRuns(f"{results_dir} holds no readable run (every run folder is unfinished or corrupt)")
     # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
-    runs = stats.score_failures(data.runs, data.eval_curves, data.configs)
+    runs = data.scored_runs()
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 

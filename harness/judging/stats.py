@@ -104,6 +104,10 @@ class RunRecords:
     configs: dict[tuple[str, str, int], dict]
     warnings: list[str]
 
+    def scored_runs(self) -> pd.DataFrame:
+        """`runs` with failed and diverged runs scored (`score_failures`): what statistics judge."""
+        return score_failures(self.runs, self.eval_curves, self.configs)
+
 
 def find_run_folders(results_dir: Path) -> list[Path]:
     """The `runs/<env>/<variant>/seed_*` folders under `results_dir`, sorted by path."""
