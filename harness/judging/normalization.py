@@ -10,9 +10,7 @@ ranking and no probability of improvement; it only matters for aggregates over e
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -117,19 +115,6 @@ def recorded(configs: Mapping[tuple[str, str, int], dict]) -> tuple[dict[str, fl
     targets = {env: c.most_common(1)[0][0] for (key, env), c in values.items() if key == "target"}
     randoms = {env: c.most_common(1)[0][0] for (key, env), c in values.items() if key == "random"}
     return targets, randoms, entries
-
-
-def read_configs(results_dir: Path) -> dict[tuple[str, str, int], dict]:
-    """config.json of every run folder under `results_dir` that has a readable one, keyed like stats'."""
-    out = {}
-    for path in sorted(Path(results_dir).glob("runs/*/*/seed_*/config.json")):
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(config, dict):
-            out[(path.parts[-4], path.parts[-3], path.parts[-2])] = config
-    return out
 
 
 @contextlib.contextmanager

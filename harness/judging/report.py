@@ -121,18 +121,18 @@ def build_report(
     `pending`: runs of a grid still running (a live report); the page says how many are to come.
     Raises NoReadableRuns, before writing anything, when no run of `results_dir` can be read.
     """
-    recorded_targets, recorded_randoms, _ = normalization.recorded(normalization.read_configs(results_dir))
-    with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
-        return _build_report(results_dir, out_dir, reference, reps, pending)
-
-
-def _build_report(results_dir: Path, out_dir: Path, reference: str, reps: int, pending: int | None) -> ReportSummary:
-    results_dir, out_dir = Path(results_dir), Path(out_dir)
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
     data = stats.scan_results(results_dir)
     if data.runs.empty:
         raise NoReadableRuns(f"{results_dir} holds no readable run (every run folder is unfinished or corrupt)")
+    recorded_targets, recorded_randoms, _ = normalization.recorded(data.configs)
+    with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
+        return _build_report(data, Path(results_dir), Path(out_dir), reference, reps, pending)
+
+
+def _build_report(data: stats.RunRecords, results_dir: Path, out_dir: Path, reference: str, reps: int,
+                  pending: int | None) -> ReportSummary:
     # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
     runs = data.scored_runs()
     out_dir.mkdir(parents=True, exist_ok=True)
