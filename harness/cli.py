@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import signal
 import sys
@@ -59,6 +60,19 @@ def _positive_int(name: str):
             raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _finite_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
         return value
 
     return parse
@@ -264,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("--families", default="1,8", help="family sizes whose per-comparison level to use (default 1,8)")
     power.add_argument("--draws", type=_positive_int("--draws"), default=500)
     power.add_argument("--metric", default="final_return", choices=("final_return", "auc_return"))
+    power.add_argument("--shift", type=_finite_float("--shift"), default=None,
+                       help="move the effect folder's normalized scores so that their mean difference from the "
+                            "reference is exactly this: a known effect in real noise (e.g. the null study's two salts)")
 
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument("results", help="results folder, e.g. results/latest")
@@ -482,8 +499,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         else:
             rows = calibration.power_study(Path(args.reference), Path(args.effect), args.variant, args.env,
                                            _counts(args.ns, "--ns"), _counts(args.families, "--families"), args.draws,
-                                           metric=args.metric)
-            lines = calibration.format_power_study(rows, Path(args.reference), Path(args.effect), args.metric)
+                                           metric=args.metric, shift=args.shift)
+            lines = calibration.format_power_study(rows, Path(args.reference), Path(args.effect), args.metric, args.shift)
     except calibration.CalibrationError as exc:
         raise UsageError(f"{args.command}: {exc}") from None
     for line in lines:

@@ -13,7 +13,14 @@ come from `stats.verdict_table`, the report's own code.
 Power study. One folder of the reference, one of a variant with a real effect (for example every
 learning rate x 0.3), on common seeds: draws of n seeds give the rate at which the rule detects the
 effect, paired (the same n seeds on both sides) and unpaired (n other seeds of the reference), at the
-per-comparison level of a family of a given size.
+per-comparison level of a family of a given size, and the median of the minimum detectable difference
+the report would print for those draws. With `shift`, the second folder's normalized scores are moved by
+one constant so that their mean difference from the reference over the common seeds is exactly `shift`:
+on the two salts of a null study this puts a difference of known size into real noise with the real
+pairing structure, which measures whether the printed minimum detectable difference is detected as
+often as it claims (80%). Draws of n seeds out of a pool of N vary less than independent seeds would
+(by the finite-population factor (N - n) / (N - 1) in variance), so with a small pool the measured rate
+is an overestimate.
 """
 
 from __future__ import annotations
@@ -116,19 +123,27 @@ class PowerRow:
     detected: int  # draws whose interval excludes 0 on the side of the true effect
     wrong_sign: int  # draws called significant in the opposite direction
     mean_difference: float  # over the draws, normalized
+    median_mdd: float  # median over the draws of the minimum detectable difference at this level
 
 
 def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
                 ns: Sequence[int] = (5, 10), families: Sequence[int] = (1, 8), draws: int = 500,
-                rng_seed: int = 0, metric: str = "final_return") -> list[PowerRow]:
-    """Detection rates of the effect in `effect_dir` against `reference_dir` (see the module doc)."""
+                rng_seed: int = 0, metric: str = "final_return", shift: float | None = None) -> list[PowerRow]:
+    """Detection rates of the effect in `effect_dir` against `reference_dir` (see the module doc); with
+    `shift` (normalized score) the effect is replaced by exactly that mean difference."""
     if not normalization.can_normalize(env):
         raise CalibrationError(f"{env} has no normalization constants: the study works in normalized score")
     ref, eff = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
     score = lambda frame, seeds: normalization.normalized_score(  # noqa: E731
         frame.loc[list(seeds), metric].to_numpy(float), env)
     common = sorted(set(ref.index) & set(eff.index))
-    true_sign = np.sign(score(eff, common).mean() - score(ref, common).mean()) if common else 0.0
+    offset = 0.0
+    if shift is not None:
+        if not common:
+            raise CalibrationError(f"{reference_dir} and {effect_dir} share no seed of {variant} on {env} to shift")
+        offset = shift - float(np.mean(score(eff, common) - score(ref, common)))
+    shifted = lambda seeds: score(eff, seeds) + offset  # noqa: E731
+    true_sign = np.sign(shifted(common).mean() - score(ref, common).mean()) if common else 0.0
     rng = np.random.default_rng(rng_seed)
     rows = []
     for n in ns:
@@ -139,12 +154,12 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
             for _ in range(draws):
                 chosen = rng.choice(common, n, replace=False)
                 if paired:
-                    tests.append(inference.paired_test(score(eff, chosen), score(ref, chosen)))
+                    tests.append(inference.paired_test(shifted(chosen), score(ref, chosen)))
                 else:
                     others = sorted(set(ref.index) - set(chosen.tolist()))
                     if len(others) < n:
                         break
-                    tests.append(inference.welch_test(score(eff, chosen), score(ref, rng.choice(others, n, replace=False))))
+                    tests.append(inference.welch_test(shifted(chosen), score(ref, rng.choice(others, n, replace=False))))
             if not tests:
                 continue
             for family in families:
@@ -153,18 +168,22 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
                 called = [np.sign(lo) if lo > 0 or hi < 0 else 0.0 for lo, hi in intervals]
                 detected = sum(c == true_sign != 0 for c in called)
                 wrong = sum(c == -true_sign != 0 for c in called)
+                mdd = float(np.median([inference.minimum_detectable_difference(t.se, t.df, level) for t in tests]))
                 rows.append(PowerRow(n, paired, family, len(tests), int(detected), int(wrong),
-                                     float(np.mean([t.difference for t in tests]))))
+                                     float(np.mean([t.difference for t in tests])), mdd))
     return rows
 
 
 def format_power_study(rows: Sequence[PowerRow], reference_dir: Path, effect_dir: Path,
-                       metric: str = "final_return") -> list[str]:
-    lines = [f"power study: {effect_dir} against {reference_dir} (normalized {metric})",
-             f"{'seeds':>5s} {'design':8s} {'family':>6s} {'detected':>18s} {'wrong sign':>10s} {'mean diff':>10s}"]
+                       metric: str = "final_return", shift: float | None = None) -> list[str]:
+    added = "" if shift is None else f", {effect_dir} moved to a mean difference of exactly {shift:+g}"
+    lines = [f"power study: {effect_dir} against {reference_dir} (normalized {metric}{added})",
+             f"{'seeds':>5s} {'design':8s} {'family':>6s} {'detected':>18s} {'wrong sign':>10s} {'mean diff':>10s} "
+             f"{'median MDD':>10s}"]
     for r in rows:
         lines.append(f"{r.n:>5d} {'paired' if r.paired else 'unpaired':8s} {r.family:>6d} "
-                     f"{r.detected:>7d} of {r.draws:<4d} ({r.detected / r.draws:5.1%}) {r.wrong_sign:>10d} {r.mean_difference:>+10.3f}")
+                     f"{r.detected:>7d} of {r.draws:<4d} ({r.detected / r.draws:5.1%}) {r.wrong_sign:>10d} {r.mean_difference:>+10.3f} "
+                     f"{r.median_mdd:>10.3f}")
     if not rows:
         lines.append("(too few seeds for any design)")
     return lines
