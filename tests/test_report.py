@@ -19,6 +19,7 @@ from harness.judging import normalization, report, stats
 
 from harness import records
 from test_stats import write_cell, write_run
+from variants.catalog import REFERENCE
 
 MALICIOUS = "<img src=x onerror=alert(1)>&\"'"  # a legal folder name that is also HTML
 FINALS = np.linspace(-400.0, -200.0, 8)
@@ -86,6 +87,12 @@ def test_failed_diverged_and_corrupt_runs_are_listed(built) -> None:
     assert any("runs/Pendulum-v1/alpha-loss/seed_2" in w and "status.json" in w for w in summary.warnings)
     page = (out / "index.html").read_text()
     assert "runs/Pendulum-v1/alpha-loss/seed_1" in page and "Warnings" in page
+    # The folder without status.json is an unfinished run, listed as such and not among the warnings.
+    warnings_box = page[page.index("<h2>Warnings"):]
+    warnings_box = warnings_box[: warnings_box.index("</div>")]
+    assert "alpha-loss/seed_2" not in warnings_box and "1 run folder(s) could not be read" in warnings_box
+    unfinished = page[page.index("<h3>Unfinished runs"):]
+    assert "alpha-loss/seed_2" in unfinished[: unfinished.index("</ul>")] and "rerun the grid" in unfinished
     assert "RuntimeError: failed on purpose" in page and "RuntimeError: diverged on purpose" in page
     # Both enter the aggregates at their failure score; the corrupt folder does not.
     summary_rows = read_rows(out / "summary.csv")
@@ -121,6 +128,23 @@ def test_differences_are_generated_from_the_specs(built) -> None:
     assert "<td>log_prob</td>" in naive and html.escape('"naive"') in naive and html.escape('"softplus"') in naive
     assert naive.count("<tr>") == 2  # header + the one field naive-tanh changes
     assert "update_order" in section  # critic-first's one difference
+
+
+def test_a_spec_field_added_after_a_run_was_recorded_is_read_at_its_default(tmp_path) -> None:
+    # Runs recorded before `precision` and `salt` existed ran their defaults (fp32, salt 0): beside runs
+    # that record them at those defaults they are neither a difference nor a second reference spec.
+    old = {k: v for k, v in REFERENCE.to_dict().items() if k not in ("precision", "salt")}
+    for seed in range(3):
+        write_run(tmp_path / "res", "Pendulum-v1", "reference", seed, -150.0 - seed, spec=old)
+        write_run(tmp_path / "res", "Pendulum-v1", "reference", seed + 3, -150.0 - seed)
+        write_run(tmp_path / "res", "Pendulum-v1", "naive-tanh", seed, -160.0 - seed)
+    report.build_report(tmp_path / "res", tmp_path / "out", reps=2000)
+    page = (tmp_path / "out" / "index.html").read_text()
+    section = page[page.index("<h2>Differences"): page.index("<h2>Final return")]
+    naive = section[section.index("<h3>naive-tanh</h3>"):]
+    naive = naive[: naive.index("</table>")]
+    assert naive.count("<tr>") == 2 and "<td>log_prob</td>" in naive  # header + log_prob, not precision or salt
+    assert "different specs" not in section
 
 
 def test_every_name_is_escaped(built) -> None:

@@ -146,7 +146,7 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     from . import stats
 
     base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
-    warnings = [*base_records.warnings, *new_records.warnings]
+    warnings = [*base_records.skipped(), *new_records.skipped()]
     checks: list[MetricCheck] = []
     scored = new_records.scored_runs()
     for check in _baseline_checks(base_records.runs, variants, tolerance, reps, baseline_dir):

@@ -40,7 +40,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from rliable import plot_utils  # noqa: E402
 
 from variants.catalog import CATALOG, REFERENCE  # noqa: E402
-from variants.spec import field_doc  # noqa: E402
+from variants.spec import VariantSpec, field_doc  # noqa: E402
 
 from . import inference, normalization, stats  # noqa: E402
 
@@ -155,14 +155,14 @@ def _build_report(data: stats.RunRecords, results_dir: Path, out_dir: Path, refe
     figures = _draw_figures(out_dir, runs, summary, verdicts, curves, diagnostics, colors, reference, reps)
     written.extend(out_dir / f.filename for f in figures)
 
-    page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, figures, reference, reps,
+    page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, data.unfinished, figures, reference, reps,
                        power, failures, pending=pending)
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
     written.append(index)
 
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
-    return ReportSummary(out_dir, index, tuple(written), len(runs), counts, tuple(data.warnings))
+    return ReportSummary(out_dir, index, tuple(written), len(runs), counts, tuple(data.skipped()))
 
 
 # --- tables --------------------------------------------------------------------------------------
@@ -572,7 +572,8 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def render_html(
     results_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
-    configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], figures: Sequence[FigureFile],
+    configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], unfinished: Sequence[str],
+    figures: Sequence[FigureFile],
     reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
     pending: int | None = None,
 ) -> str:
@@ -588,6 +589,9 @@ def render_html(
          "are still to come. This page is rewritten as runs finish.</p>" if pending else ""),
         f"<p class=\"lead\">{len(runs)} runs read from <code>{esc(results_dir)}</code>: "
         + ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
+        + (f"; {len(unfinished)} unfinished (no status.json yet: "
+           + ("in progress" if pending else "a rerun of the grid's command resumes them") + ", not counted)"
+           if unfinished else "")
         + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")
         + f". Reference: <code>{esc(reference)}</code>. Tables: <a href=\"runs.csv\">runs.csv</a>, "
         "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
@@ -595,6 +599,7 @@ def render_html(
         _identical_note(runs),
         same_as_note(runs),
         _warning_section(warnings),
+        _unfinished_section(unfinished, pending),
         _differences_section(runs, configs, reference),
         _summary_section(summary),
         _figure_sections(figures, runs),
@@ -763,15 +768,34 @@ def _warning_section(warnings: Sequence[str]) -> str:
             f"in any table or figure:</p><ul>{items}</ul></div>\n")
 
 
+def _unfinished_section(unfinished: Sequence[str], pending: int | None) -> str:
+    if not unfinished:
+        return ""
+    what = "still running" if pending else "stopped before they finished (rerun the grid's command to resume them)"
+    items = "".join(f"<li><code>{esc(rel)}</code></li>" for rel in unfinished)
+    return (f"<h3>Unfinished runs</h3><p>{len(unfinished)} run folder(s) without status.json, {what}; they are in "
+            f"no table or figure yet:</p><ul>{items}</ul>\n")
+
+
 def _spec_key(spec: Mapping[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True)
+
+
+# A run recorded before a spec field existed ran that field's default: each field was added with a
+# default that keeps the earlier arithmetic (as `harness.running.train.identity` reads them back too).
+_SPEC_DEFAULTS = VariantSpec().to_dict()
+
+
+def recorded_spec(config: Mapping[str, Any]) -> dict:
+    """The spec of a run's config.json, with the fields added since it was recorded at their defaults."""
+    return {**_SPEC_DEFAULTS, **config["spec"]}
 
 
 def _distinct_specs(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict], variant: str) -> list[dict]:
     """The distinct spec dicts of `variant`'s runs (several if `--set` overrides differed between runs)."""
     seen: dict[str, dict] = {}
     for row in runs[runs["variant"] == variant].itertuples(index=False):
-        spec = configs[(row.env, row.variant, row.seed)]["spec"]
+        spec = recorded_spec(configs[(row.env, row.variant, row.seed)])
         seen.setdefault(_spec_key(spec), spec)
     return [seen[k] for k in sorted(seen)]
 

@@ -22,7 +22,7 @@ import contextlib
 import json
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -85,6 +85,10 @@ class CorruptRecord(ValueError):
     """A run folder whose files are missing, unreadable or inconsistent."""
 
 
+class UnfinishedRun(CorruptRecord):
+    """A run folder without status.json: a run still going, or stopped before it finished."""
+
+
 @dataclass(frozen=True)
 class RunRecords:
     """Everything read from one results folder; see results/README.md for the files.
@@ -95,7 +99,9 @@ class RunRecords:
     diagnostics: one row per diagnostics interval: env, variant, seed, env_step, updates and every
         column of the run's diagnostics.csv.
     configs: config.json of each run, keyed by (env, variant, seed).
-    warnings: one line per run folder that was skipped, naming the folder and why.
+    warnings: one line per run folder that was skipped as unreadable or inconsistent, naming it and why.
+    unfinished: the run folders (relative to the results folder) skipped for having no status.json yet:
+        runs still going (a live report) or stopped before they finished (a rerun resumes them).
     """
 
     runs: pd.DataFrame
@@ -103,6 +109,11 @@ class RunRecords:
     diagnostics: pd.DataFrame
     configs: dict[tuple[str, str, int], dict]
     warnings: list[str]
+    unfinished: list[str] = field(default_factory=list)
+
+    def skipped(self) -> list[str]:
+        """One line per skipped run folder, unfinished and unreadable alike."""
+        return [*(f"skipped {rel}: no status.json (unfinished run)" for rel in self.unfinished), *self.warnings]
 
     def scored_runs(self) -> pd.DataFrame:
         """`runs` with failed and diverged runs scored (`score_failures`): what statistics judge."""
@@ -128,10 +139,14 @@ def scan_results(results_dir: Path) -> RunRecords:
     diagnostics: list[pd.DataFrame] = []
     configs: dict[tuple[str, str, int], dict] = {}
     warnings: list[str] = []
+    unfinished: list[str] = []
     for folder in find_run_folders(results_dir):
         rel = folder.relative_to(results_dir).as_posix()
         try:
             row, config, curve, diag = _read_run_folder(folder)
+        except UnfinishedRun:
+            unfinished.append(rel)
+            continue
         except CorruptRecord as exc:
             warnings.append(f"skipped {rel}: {exc}")
             continue
@@ -150,13 +165,13 @@ def scan_results(results_dir: Path) -> RunRecords:
     eval_curves = _concat(curves, [*key_columns, *EVAL_COLUMNS])
     diag_frame = _concat(diagnostics, [*key_columns, *DIAGNOSTICS_REQUIRED])
     diag_frame = diag_frame[key_columns + [c for c in diag_frame.columns if c not in key_columns]]
-    return RunRecords(runs, eval_curves, diag_frame, configs, warnings)
+    return RunRecords(runs, eval_curves, diag_frame, configs, warnings, unfinished)
 
 
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     """One row per readable run (columns `RUN_COLUMNS` + `path`) and the warnings of skipped folders."""
     records = scan_results(results_dir)
-    return records.runs, records.warnings
+    return records.runs, records.skipped()
 
 
 def load_eval_curves(results_dir: Path) -> pd.DataFrame:
@@ -184,7 +199,7 @@ def _read_run_folder(folder: Path) -> tuple[dict, dict, pd.DataFrame, pd.DataFra
     except ValueError:
         raise CorruptRecord(f"folder name {seed_name!r} is not seed_<integer>") from None
     if not (folder / "status.json").is_file():
-        raise CorruptRecord("no status.json (unfinished run)")
+        raise UnfinishedRun("no status.json (unfinished run)")
     status = _read_json_object(folder / "status.json")
     config = _read_json_object(folder / "config.json")
 
