@@ -52,30 +52,26 @@ def _split_names(text: str, valid: Sequence[str], kind: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _positive_int(name: str):
-    def parse(text: str) -> int:
+def _number(name: str, convert, kind: str, valid, requirement: str):
+    """An argparse type: `convert(text)`, refused with a one-line message unless `valid(value)`."""
+    def parse(text: str):
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+            raise argparse.ArgumentTypeError(f"{name} must be {kind}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"{name} must be {requirement}, got {text!r}")
         return value
 
     return parse
+
+
+def _positive_int(name: str):
+    return _number(name, int, "a whole number", lambda v: v >= 1, ">= 1")
 
 
 def _finite_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
-        return value
-
-    return parse
+    return _number(name, float, "a number", math.isfinite, "finite")
 
 
 def _resolve_device(choice: str) -> str:

@@ -198,23 +198,22 @@ def test_critic_first_raises_the_inplace_error(members, hidden):
         learner.update(buf.sample(spec.batch_size, learner.generators))
 
 
-def test_policy_first_equals_joint_after_100_updates():
-    a, b = make_learner(tiny_spec(update_order="policy-first")), make_learner(tiny_spec(update_order="joint"))
+def _params_after(update_order: str, updates: int) -> list[torch.Tensor]:
+    learner = make_learner(tiny_spec(update_order=update_order))
     buf = filled_buffer(1)
-    for _ in range(100):
-        a.update(buf.sample(32, a.generators))
-        b.update(buf.sample(32, b.generators))
-    for x, y in zip(all_params(a), all_params(b)):
-        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+    for _ in range(updates):
+        learner.update(buf.sample(32, learner.generators))
+    return all_params(learner)
+
+
+def test_policy_first_equals_joint_bit_for_bit_after_100_updates():
+    # The catalog marks policy-first `same_as` joint-update and grids train only one of them.
+    policy_first, joint = _params_after("policy-first", 100), _params_after("joint", 100)
+    assert all(torch.equal(x, y) for x, y in zip(policy_first, joint))
 
 
 def test_sequential_differs_from_joint():
-    a, b = make_learner(tiny_spec(update_order="sequential")), make_learner(tiny_spec(update_order="joint"))
-    buf = filled_buffer(1)
-    for _ in range(20):
-        a.update(buf.sample(32, a.generators))
-        b.update(buf.sample(32, b.generators))
-    assert not torch.allclose(a.actor[0], b.actor[0])
+    assert not torch.equal(_params_after("sequential", 20)[0], _params_after("joint", 20)[0])
 
 
 def test_termination_stops_bootstrap_and_truncation_does_not():
