@@ -213,7 +213,7 @@ def test_report_module_does_not_import_the_learner_or_torch() -> None:
     probe = ("import sys, harness.judging.report, harness.judging.stats; "
              "bad = [m for m in ('torch', 'variants.learner') if m in sys.modules]; "
              "print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(report.__file__).parents[1],
+    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(report.__file__).parents[2],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
