@@ -197,9 +197,11 @@ def _write_runs_csv(path: Path, recorded: pd.DataFrame, scored: pd.DataFrame) ->
 def variant_colors(variants: Sequence[str], reference: str = REFERENCE_NAME) -> dict[str, tuple[float, float, float]]:
     """One fixed colour per variant: the reference near-black, catalog variants by catalog position (the
     same colour in every report), other names after them in sorted order."""
-    colorblind = sns.color_palette("colorblind", 10)
-    # Without its pale yellow (index 8), unreadable as text on white; "dark" supplies further colours.
-    palette = [*colorblind[:8], colorblind[9], *sns.color_palette("dark", 10)]
+    colorblind, dark = sns.color_palette("colorblind", 10), sns.color_palette("dark", 10)
+    # Without colorblind's grey (index 7), too close to the reference's near-black in the performance
+    # profile's panels, and its pale yellow (8), unreadable as text on white; then the dark palette,
+    # deep purple and navy first (the two least like the first eight).
+    palette = [*colorblind[:7], colorblind[9], *(dark[i] for i in (4, 0, 2, 3, 1, 5, 6, 7, 8, 9))]
     catalog = [v for v in CATALOG if v != reference]
     others = sorted(set(variants) - set(catalog) - {reference})
     if len(catalog) + len(others) > len(palette):  # many unknown names: evenly spaced hues
