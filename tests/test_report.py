@@ -69,6 +69,11 @@ def test_report_writes_tables_figures_and_page(built) -> None:
     # The page opens with the verdict table, then the differences, the figures and the protocol.
     positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Figures", "<h2>Protocol")]
     assert positions == sorted(positions)
+    # Each figure section is headed once, and the performance profiles under their own name.
+    figures = page[page.index("<h2>Figures"):page.index("<h2>Protocol")]
+    headings = [h.split("</h3>")[0] for h in figures.split("<h3>")[1:]]
+    assert len(headings) == len(set(headings)), headings
+    assert "Performance profiles" in headings
 
 
 def test_failed_diverged_and_corrupt_runs_are_listed(built) -> None:

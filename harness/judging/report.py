@@ -430,7 +430,7 @@ def plot_performance_profile(
         ax.set_ylabel(r"runs with score $> \tau$")
     fig.tight_layout()
     _save(fig, out_dir, "performance_profile.png")
-    return [FigureFile("performance_profile.png", "Aggregate estimates", "Performance profiles",
+    return [FigureFile("performance_profile.png", "Performance profiles", "Performance profiles",
                        f"One panel per variant (its colour) beside {reference} (grey): the fraction of runs whose "
                        "normalized final return exceeds tau (per environment, averaged over the environments every "
                        "variant ran), with 95% stratified bootstrap bands. Failed and diverged runs count at their "
