@@ -54,7 +54,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 def test_report_writes_tables_figures_and_page(built) -> None:
     _, out, summary = built
-    for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "learning_curves_Pendulum-v1.png",
+    for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "pairing.csv", "learning_curves_Pendulum-v1.png",
                  "learning_curves_LunarLanderContinuous-v3.png", "aggregate_final_return.png",
                  "aggregate_auc_return.png", "performance_profile.png", "probability_of_improvement.png",
                  "diagnostics_Pendulum-v1.png", "run_states.png"):

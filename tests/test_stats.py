@@ -302,6 +302,26 @@ def test_three_paired_runs_get_the_hand_computed_t_interval(tmp_path: Path) -> N
     assert np.isnan(row["margin"])  # no equivalence margin in return units
 
 
+def test_pairing_table_gives_scipy_paired_and_welch_half_widths(tmp_path: Path) -> None:
+    # Raw returns (no constants): differences 100, 110, 90, 120; the sides correlate strongly.
+    ref, var = [-300.0, -200.0, -250.0, -100.0], [-200.0, -90.0, -160.0, 20.0]
+    write_cell(tmp_path, "MountainCarContinuous-v0", "reference", ref)
+    write_cell(tmp_path, "MountainCarContinuous-v0", "naive-tanh", var)
+    runs, _ = stats.load_runs(tmp_path)
+    table = stats.pairing_table(runs, "reference").set_index("metric")
+    row = table.loc["final_return"]
+    x, y = np.array(var), np.array(ref)
+    paired = scipy.stats.ttest_rel(x, y).confidence_interval(0.95)
+    welch = scipy.stats.ttest_ind(x, y, equal_var=False).confidence_interval(0.95)
+    assert row["n_pairs"] == 4 and row["units"] == "return"
+    assert row["correlation"] == pytest.approx(scipy.stats.pearsonr(x, y).statistic)
+    assert row["half_width_paired"] == pytest.approx((paired.high - paired.low) / 2)
+    assert row["half_width_unpaired"] == pytest.approx((welch.high - welch.low) / 2)
+    assert row["ratio"] < 0.2  # correlated sides: pairing narrows the interval several-fold
+    # auc_return is the final return minus a constant in these synthetic runs: the same widths.
+    assert table.loc["auc_return", "half_width_paired"] == pytest.approx(row["half_width_paired"])
+
+
 def test_two_runs_a_side_get_no_verdict(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", [-300.0, -290.0])
     write_cell(tmp_path, "Pendulum-v1", "naive-tanh", [-200.0, -190.0])

@@ -146,6 +146,7 @@ def _build_report(data: stats.RunRecords, results_dir: Path, out_dir: Path, refe
     written.append(_write_frame(out_dir / "verdicts.csv", verdicts))
     power = stats.power_table(verdicts)
     written.append(_write_frame(out_dir / "power.csv", power))
+    written.append(_write_frame(out_dir / "pairing.csv", stats.pairing_table(runs, reference)))
     failures = stats.failure_table(runs, reference)
     written.append(_write_frame(out_dir / "failures.csv", failures))
 
@@ -712,7 +713,9 @@ def _power_section(power: pd.DataFrame) -> str:
             "comparison detects with 80% probability at the family's level, from each comparison's own spread and "
             f"number of seeds (median and largest over the variants compared). Seeds for {inference.TARGET_DIFFERENCE:g}: "
             f"how many seeds per variant would detect a difference of {inference.TARGET_DIFFERENCE:g} normalized at the same "
-            "spread and level (median over variants). See <a href=\"power.csv\">power.csv</a>.</p>\n"
+            "spread and level (median over variants). See <a href=\"power.csv\">power.csv</a>; what pairing by seed "
+            "buys per comparison (the per-seed correlation, paired against unpaired interval widths): "
+            "<a href=\"pairing.csv\">pairing.csv</a>.</p>\n"
             + _table(["metric", "env", "comparisons", "detectable (median)", "detectable (largest)",
                       f"seeds for {inference.TARGET_DIFFERENCE:g}", "units"], rows))
 

@@ -783,6 +783,42 @@ def power_table(verdicts: pd.DataFrame) -> pd.DataFrame:
                                        "seeds_for_target_median", "units"])
 
 
+PAIRING_COLUMNS = ("env", "variant", "metric", "units", "n_pairs", "correlation", "half_width_paired",
+                   "half_width_unpaired", "ratio")
+
+
+def pairing_table(runs: pd.DataFrame, reference: str = "reference", level: float = 0.95) -> pd.DataFrame:
+    """What pairing by seed buys, per (env, variant, metric): on the seeds both sides have (at least
+    `inference.MIN_PAIRS`), the correlation of the two sides' per-seed scores and the half-width of the
+    `level` interval of the difference, paired t against Welch's unpaired t on the same runs.
+
+    ratio = half_width_paired / half_width_unpaired: below 1 the seed's shared randomness narrows the
+    interval. One comparison's interval (no family correction), in normalized score where the env has
+    constants. Counted runs, as in `verdict_table`. Columns: `PAIRING_COLUMNS`.
+    """
+    counted = counted_runs(runs)
+    rows = []
+    for env in env_order(runs["env"].tolist()):
+        normalize = normalization.can_normalize(env)
+        for variant in variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
+            if variant == reference:
+                continue
+            for metric in RETURN_METRICS:
+                x = _seed_scores(counted, env, variant, metric, normalize)
+                y = _seed_scores(counted, env, reference, metric, normalize)
+                common = sorted(set(x) & set(y))
+                if len(common) < inference.MIN_PAIRS:
+                    continue
+                xs, ys = np.array([x[s] for s in common]), np.array([y[s] for s in common])
+                paired, unpaired = inference.paired_test(xs, ys), inference.welch_test(xs, ys)
+                hp = paired.interval(level)[1] - paired.difference
+                hu = unpaired.interval(level)[1] - unpaired.difference
+                corr = float(np.corrcoef(xs, ys)[0, 1]) if xs.std() > 0 and ys.std() > 0 else float("nan")
+                rows.append([env, variant, metric, "normalized" if normalize else "return", len(common), corr,
+                             hp, hu, hp / hu if hu > 0 else float("nan")])
+    return pd.DataFrame(rows, columns=list(PAIRING_COLUMNS))
+
+
 FAILURE_COLUMNS = ("env", "variant", "failed", "n_runs", "reference_failed", "n_reference_runs", "p_value", "p_holm")
 
 
