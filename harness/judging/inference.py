@@ -100,10 +100,16 @@ def compare_by_seed(x: Mapping[int, float], y: Mapping[int, float], min_pairs: i
 
     x, y: `{seed: score}` of each side's runs.
     """
-    common = sorted(set(x) & set(y))
-    if len(common) >= min_pairs:
-        return paired_test(np.array([x[s] for s in common]), np.array([y[s] for s in common]))
+    xs, ys = aligned_by_seed(x, y)
+    if xs.size >= min_pairs:
+        return paired_test(xs, ys)
     return welch_test(np.array(list(x.values())), np.array(list(y.values())))
+
+
+def aligned_by_seed(x: Mapping[int, float], y: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The scores of the seeds both sides have, in seed order: two `(n_common,)` arrays."""
+    common = sorted(set(x) & set(y))
+    return np.array([x[s] for s in common], dtype=np.float64), np.array([y[s] for s in common], dtype=np.float64)
 
 
 def pooled_test(tests: Sequence[Test]) -> Test:

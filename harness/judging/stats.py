@@ -800,21 +800,19 @@ def pairing_table(runs: pd.DataFrame, reference: str = "reference", level: float
     rows = []
     for env in env_order(runs["env"].tolist()):
         normalize = normalization.can_normalize(env)
+        ref = {metric: _seed_scores(counted, env, reference, metric, normalize) for metric in RETURN_METRICS}
         for variant in variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
             if variant == reference:
                 continue
             for metric in RETURN_METRICS:
-                x = _seed_scores(counted, env, variant, metric, normalize)
-                y = _seed_scores(counted, env, reference, metric, normalize)
-                common = sorted(set(x) & set(y))
-                if len(common) < inference.MIN_PAIRS:
+                xs, ys = inference.aligned_by_seed(_seed_scores(counted, env, variant, metric, normalize), ref[metric])
+                if xs.size < inference.MIN_PAIRS:
                     continue
-                xs, ys = np.array([x[s] for s in common]), np.array([y[s] for s in common])
                 paired, unpaired = inference.paired_test(xs, ys), inference.welch_test(xs, ys)
                 hp = paired.interval(level)[1] - paired.difference
                 hu = unpaired.interval(level)[1] - unpaired.difference
                 corr = float(np.corrcoef(xs, ys)[0, 1]) if xs.std() > 0 and ys.std() > 0 else float("nan")
-                rows.append([env, variant, metric, "normalized" if normalize else "return", len(common), corr,
+                rows.append([env, variant, metric, "normalized" if normalize else "return", xs.size, corr,
                              hp, hu, hp / hu if hu > 0 else float("nan")])
     return pd.DataFrame(rows, columns=list(PAIRING_COLUMNS))
 
