@@ -122,3 +122,23 @@ def test_progress_lines_when_not_a_terminal(tmp_path):
                         "final_return": -150.0, "env_steps": 100, "wall_s": 2.0}])
     assert lines[0].startswith("[status] 0/2 runs done, 100/200 env steps")
     assert lines[1] == "[1/2] Pendulum-v1 reference seed 0: complete, final_return -150.0, 50 steps/s"
+
+
+def test_two_grids_probing_one_results_folder_do_not_trip_each_other(tmp_path, monkeypatch):
+    # The interleaving that once failed a second grid started beside a first on the same folder: grid B
+    # writes and removes its probe between grid A's write and A's removal.
+    real_write, real_getpid = records.atomic_write_bytes, os.getpid
+    nested = []
+
+    def write_then_other_grid_probes(path, data):
+        real_write(path, data)
+        if not nested:
+            nested.append(True)
+            monkeypatch.setattr(grid.os, "getpid", lambda: real_getpid() + 1)
+            nested.append(grid.check_writable(tmp_path))
+            monkeypatch.setattr(grid.os, "getpid", real_getpid)
+
+    monkeypatch.setattr(records, "atomic_write_bytes", write_then_other_grid_probes)
+    assert grid.check_writable(tmp_path) is None
+    assert nested == [True, None]
+    assert list(tmp_path.iterdir()) == []

@@ -358,10 +358,12 @@ def write_runs_csv(out: Path, rows: Iterable[dict]) -> None:
 
 def check_writable(out: Path) -> str | None:
     """None if `out` can hold results, else a one-line reason."""
+    # One probe name per process: two grids may share a results folder.
+    probe = Path(out) / f".write-test-{os.getpid()}"
     try:
         Path(out).mkdir(parents=True, exist_ok=True)
-        records.atomic_write_bytes(Path(out) / ".write-test", b"ok")
-        (Path(out) / ".write-test").unlink()
+        records.atomic_write_bytes(probe, b"ok")
+        probe.unlink()
     except OSError as exc:
         return f"cannot write to results folder {out}: {exc.strerror or exc}"
     return None
