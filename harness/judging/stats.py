@@ -47,6 +47,7 @@ MIN_RUNS_FOR_VERDICT = 3
 
 RETURN_METRICS = ("final_return", "auc_return")  # the per-run scores the report aggregates
 AGGREGATES = ("iqm", "mean", "median", "optimality_gap")
+REFERENCE_NAME = "reference"  # the variant every other is compared with, unless told otherwise
 ALL_ENVS = "all"  # the env label of aggregates over environments (on normalized scores)
 
 # Verdict labels (harness.judging.inference gives the rule).
