@@ -52,6 +52,15 @@ def _split_names(text: str, valid: Sequence[str], kind: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _variant_names(text: str) -> list[str]:
+    """A report's --variants: names as run records spell them (a variants file's too), checked against
+    the records, not the catalog."""
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError(f"--variants needs at least one name, got {text!r}")
+    return names
+
+
 def _number(name: str, convert, kind: str, valid, requirement: str):
     """An argparse type: `convert(text)`, refused with a one-line message unless `valid(value)`."""
     def parse(text: str):
@@ -279,7 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "reference is exactly this: a known effect in real noise (e.g. the null study's two salts)")
 
     report = sub.add_parser("report", help="statistical report of a results folder")
-    report.add_argument("results", help="results folder, e.g. results/latest")
+    report.add_argument("results", nargs="+", help="results folder, e.g. results/latest; more than one are read "
+                        "as one (a study beside the campaign whose reference runs it pairs with)")
+    report.add_argument("--variants", default=None, type=_variant_names,
+                        help="comma-separated variants to judge against the reference (default: every one found)")
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
     _add_reference_returns(report)
 
@@ -531,14 +543,17 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     return run_gpu_check(Path(args.out), args.device, args.sizes, steps)
 
 
-def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None) -> int:
-    """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones."""
+def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None,
+               also: Sequence[Path] = (), variants: Sequence[str] | None = None) -> int:
+    """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones;
+    `also`: more results folders read with `results`; `variants`: only these beside the reference."""
     try:
         from .judging.report import report_command
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
-    return report_command(Path(results), _report_dir(results, out), targets=targets, randoms=randoms)
+    return report_command(Path(results), _report_dir(results, out), targets=targets, randoms=randoms,
+                          also=also, variants=variants)
 
 
 def _report_dir(results: Path, out: Path | None) -> Path:
@@ -575,9 +590,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("null-study", "power-study"):
             return cmd_calibration(args)
         if args.command == "report":
-            if not Path(args.results).is_dir():
-                raise UsageError(f"report: no results folder at {args.results}")
-            return cmd_report(Path(args.results), Path(args.out) if args.out else None, *reference_returns(args))
+            for results in args.results:
+                if not Path(results).is_dir():
+                    raise UsageError(f"report: no results folder at {results}")
+            return cmd_report(Path(args.results[0]), Path(args.out) if args.out else None, *reference_returns(args),
+                              also=[Path(r) for r in args.results[1:]], variants=args.variants)
         if args.command == "export":
             return cmd_export(args)
     except UsageError as exc:

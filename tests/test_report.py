@@ -244,3 +244,43 @@ def test_report_of_a_folder_with_nothing_readable_exits_2(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no readable run" in err and "Traceback" not in err
     assert not (tmp_path / "out" / "index.html").exists()
+
+
+def test_a_study_in_its_own_folder_is_judged_beside_the_campaigns_reference(tmp_path: Path) -> None:
+    # A study run in its own folder pairs with the campaign's reference seeds; --variants keeps the
+    # campaign's other variants out of the study's family (and out of its tables).
+    campaign, study = tmp_path / "campaign", tmp_path / "study"
+    write_cell(campaign, "Pendulum-v1", "reference", FINALS[:4])
+    write_cell(campaign, "Pendulum-v1", "naive-tanh", FINALS[:4] - 500.0)
+    write_cell(campaign, "Pendulum-v1", "alpha-loss", FINALS[:4])
+    write_cell(study, "Pendulum-v1", "ref-wide", FINALS[:4] - 300.0)
+    records.run_dir(campaign, "Pendulum-v1", "alpha-loss", 4).mkdir(parents=True)  # unfinished, not the study's
+    summary = report.build_report(study, tmp_path / "out", also=[campaign], variants=["ref-wide", "naive-tanh"])
+
+    rows = read_rows(tmp_path / "out" / "verdicts.csv")
+    judged = {(r["variant"], r["metric"]): r for r in rows if r["env"] == "Pendulum-v1"}
+    assert {v for v, _ in judged} == {"ref-wide", "naive-tanh"}
+    final = judged[("ref-wide", "final_return")]
+    assert final["verdict"] == stats.WORSE and final["n_pairs"] == "4" and final["family_size"] == "2"
+    paths = dict(zip(*stats.scan_many([study, campaign]).runs[["variant", "path"]].T.values))
+    assert paths["ref-wide"].startswith(study.as_posix()) and paths["reference"].startswith(campaign.as_posix())
+    assert summary.n_runs == 12 and "alpha-loss" not in summary.index_html.read_text()
+    # The same report from the campaign's folder alone judges its own three variants.
+    alone = [r for r in read_rows(report.build_report(campaign, tmp_path / "alone").out_dir / "verdicts.csv")
+             if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"]
+    assert sorted(r["variant"] for r in alone) == ["alpha-loss", "naive-tanh"] and alone[0]["family_size"] == "2"
+
+
+def test_a_run_recorded_in_two_folders_or_a_variant_with_no_runs_exits_2(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    for folder in ("a", "b"):
+        write_run(tmp_path / folder, "Pendulum-v1", "reference", 0, -200.0)
+    assert report.report_command(tmp_path / "a", tmp_path / "out", also=[tmp_path / "b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed 0 is recorded twice" in err and "Traceback" not in err
+    assert report.report_command(tmp_path / "a", tmp_path / "out", variants=["ref-typo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no run of ref-typo" in err
+    assert report.report_command(tmp_path / "a", tmp_path / "out", also=[tmp_path / "missing"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

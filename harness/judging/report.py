@@ -59,22 +59,27 @@ class NoReadableRuns(ValueError):
 
 
 def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFERENCE_NAME,
-                   targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None) -> int:
-    """CLI body of `python -m harness report RESULTS --out OUT`: build the report and say where it went.
+                   targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
+                   also: Sequence[Path] = (), variants: Sequence[str] | None = None) -> int:
+    """CLI body of `python -m harness report RESULTS [MORE ...] [--variants V,...] --out OUT`: build the
+    report and say where it went.
 
-    Returns 0 on success, 2 (after one line on stderr, no traceback) when `results_dir` does not exist
-    or holds no readable run.
+    Returns 0 on success, 2 (after one line on stderr, no traceback) when a results folder does not
+    exist or holds no run folders, when none of their runs (of `variants`) is readable, or when two
+    folders record the same run.
     """
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    if not results_dir.is_dir():
-        print(f"error: results folder {results_dir} does not exist", file=sys.stderr)
-        return 2
-    if not stats.find_run_folders(results_dir):
-        print(f"error: {results_dir} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
-        return 2
+    for folder in (results_dir, *map(Path, also)):
+        if not folder.is_dir():
+            print(f"error: results folder {folder} does not exist", file=sys.stderr)
+            return 2
+        if not stats.find_run_folders(folder):
+            print(f"error: {folder} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
+            return 2
     try:
-        summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms)
-    except NoReadableRuns as exc:
+        summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms,
+                               also=also, variants=variants)
+    except (NoReadableRuns, stats.DuplicateRun) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for warning in summary.warnings:
@@ -88,27 +93,39 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
 def build_report(
     results_dir: Path, out_dir: Path, reference: str = stats.REFERENCE_NAME, reps: int = stats.DEFAULT_REPS,
     targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
-    pending: int | None = None,
+    pending: int | None = None, also: Sequence[Path] = (), variants: Sequence[str] | None = None,
 ) -> ReportSummary:
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
+
+    `also`: more results folders read with it as one (`stats.scan_many`; a study run beside the
+    campaign whose reference runs it pairs with). `variants`: judge only these (the reference is always
+    kept), so that a study's family holds its own comparisons; None: every variant found.
 
     Normalization constants, per env: `targets` / `randoms` ({env: return}, from `report --target
     --random`), else those the runs recorded (`run --target --random`), else harness.judging.normalization's table.
     An env with neither is reported in raw returns only and left out of the pooled `all` column.
     `pending`: runs of a grid still running (a live report); the page says how many are to come.
-    Raises NoReadableRuns, before writing anything, when no run of `results_dir` can be read.
+    Raises NoReadableRuns, before writing anything, when no run can be read or a named variant has no
+    run folder, and stats.DuplicateRun when two folders record the same run.
     """
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
-    data = stats.scan_results(results_dir)
+    sources = [Path(results_dir), *map(Path, also)]
+    data = stats.scan_many(sources, None if variants is None else [reference, *variants])
+    found = set(data.runs["variant"]) | {Path(u).parts[-2] for u in data.unfinished}
+    missing = [v for v in (variants or ()) if v not in found]
+    if missing:
+        raise NoReadableRuns(f"no run of {', '.join(missing)} in {', '.join(map(str, sources))}")
     if data.runs.empty:
-        raise NoReadableRuns(f"{results_dir} holds no readable run (every run folder is unfinished or corrupt)")
+        raise NoReadableRuns(f"{', '.join(map(str, sources))} holds no readable run"
+                             + (f" of {', '.join(variants)}" if variants is not None else "")
+                             + " (every run folder is unfinished or corrupt)")
     recorded_targets, recorded_randoms, _ = normalization.recorded(data.configs)
     with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
-        return _build_report(data, Path(results_dir), Path(out_dir), reference, reps, pending)
+        return _build_report(data, sources, Path(out_dir), reference, reps, pending)
 
 
-def _build_report(data: stats.RunRecords, results_dir: Path, out_dir: Path, reference: str, reps: int,
+def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path, reference: str, reps: int,
                   pending: int | None) -> ReportSummary:
     # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
     runs = data.scored_runs()
@@ -133,7 +150,7 @@ def _build_report(data: stats.RunRecords, results_dir: Path, out_dir: Path, refe
     figures = draw_figures(out_dir, runs, summary, verdicts, curves, diagnostics, colors, reference, reps)
     written.extend(out_dir / f.filename for f in figures)
 
-    page = render_html(results_dir, runs, summary, verdicts, data.configs, data.warnings, data.unfinished, figures, reference, reps,
+    page = render_html(sources, runs, summary, verdicts, data.configs, data.warnings, data.unfinished, figures, reference, reps,
                        power, failures, pending=pending)
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
@@ -192,23 +209,26 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def render_html(
-    results_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
+    sources: Sequence[Path], runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
     configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], unfinished: Sequence[str],
     figures: Sequence[FigureFile],
     reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
     pending: int | None = None,
 ) -> str:
-    """The report page: verdicts, warnings, differences from the reference, figures, protocol."""
+    """The report page: verdicts, warnings, differences from the reference, figures, protocol.
+    `sources`: the results folders read (the first names the report)."""
+    title = " + ".join(Path(s).name for s in sources)
     envs = stats.env_order(runs["env"].tolist())
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f"<title>sacbench report: {esc(results_dir.name)}</title>",
+        f"<title>sacbench report: {esc(title)}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>sacbench report: {esc(results_dir.name)}</h1>",
+        f"<h1>sacbench report: {esc(title)}</h1>",
         (f"<p class=\"warn\"><strong>Live report:</strong> the grid is still running; {pending} planned run(s) "
          "are still to come. This page is rewritten as runs finish.</p>" if pending else ""),
-        f"<p class=\"lead\">{len(runs)} runs read from <code>{esc(results_dir)}</code>: "
+        f"<p class=\"lead\">{len(runs)} runs read from "
+        + " and ".join(f"<code>{esc(s)}</code>" for s in sources) + ": "
         + ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
         + (f"; {len(unfinished)} unfinished (no status.json yet: "
            + ("in progress" if pending else "a rerun of the grid's command resumes them") + ", not counted)"

@@ -24,7 +24,7 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -116,6 +116,18 @@ class RunRecords:
         """One line per skipped run folder, unfinished and unreadable alike."""
         return [*(f"skipped {rel}: no status.json (unfinished run)" for rel in self.unfinished), *self.warnings]
 
+    def only(self, variants: Collection[str]) -> "RunRecords":
+        """These records with only the runs of `variants`: unfinished folders of other variants are
+        dropped too, unreadable ones stay listed (their variant cannot be trusted)."""
+        keep = set(variants)
+
+        def rows(frame: pd.DataFrame) -> pd.DataFrame:
+            return frame[frame["variant"].isin(keep)].reset_index(drop=True)
+
+        return RunRecords(rows(self.runs), rows(self.eval_curves), rows(self.diagnostics),
+                          {k: v for k, v in self.configs.items() if k[1] in keep}, self.warnings,
+                          [u for u in self.unfinished if Path(u).parts[-2] in keep])
+
     def scored_runs(self) -> pd.DataFrame:
         """`runs` with failed and diverged runs scored (`score_failures`): what statistics judge."""
         return score_failures(self.runs, self.eval_curves, self.configs)
@@ -167,6 +179,46 @@ def scan_results(results_dir: Path) -> RunRecords:
     diag_frame = _concat(diagnostics, [*key_columns, *DIAGNOSTICS_REQUIRED])
     diag_frame = diag_frame[key_columns + [c for c in diag_frame.columns if c not in key_columns]]
     return RunRecords(runs, eval_curves, diag_frame, configs, warnings, unfinished)
+
+
+class DuplicateRun(ValueError):
+    """The same (env, variant, seed) run found in two of the results folders read together."""
+
+
+def scan_many(results_dirs: Sequence[Path], variants: Collection[str] | None = None) -> RunRecords:
+    """`scan_results` of several folders read as one (a study beside the campaign whose reference it
+    pairs with), keeping only `variants` when given (None: every variant found).
+
+    With more than one folder each run's `path` (and each skipped folder's line) starts with the
+    results folder it came from. Raises DuplicateRun when two folders hold the same (env, variant,
+    seed): which of the two records to judge is not for the report to guess.
+    """
+    dirs = [Path(d) for d in results_dirs]
+    parts = [scan_results(d) for d in dirs]
+    if len(parts) == 1:
+        merged = parts[0]
+    else:
+        runs = _concat([r.runs.assign(path=[(d / p).as_posix() for p in r.runs["path"]])
+                        for d, r in zip(dirs, parts)], [*RUN_COLUMNS, "path"])
+        key_columns = ["env", "variant", "seed"]
+        twice = runs.duplicated(key_columns, keep=False)
+        if twice.any():
+            first = runs[twice].iloc[0]
+            same = (runs[key_columns] == first[key_columns]).all(axis=1)
+            raise DuplicateRun(f"{first['env']} / {first['variant']} / seed {first['seed']} is recorded twice: "
+                               + ", ".join(runs.loc[same, "path"]))
+        configs: dict[tuple[str, str, int], dict] = {}
+        for r in parts:
+            configs.update(r.configs)
+        merged = RunRecords(
+            _sort_runs(runs),
+            _concat([r.eval_curves for r in parts], [*key_columns, *EVAL_COLUMNS]),
+            _concat([r.diagnostics for r in parts], [*key_columns, *DIAGNOSTICS_REQUIRED]),
+            configs,
+            [w.replace("skipped ", f"skipped {d.as_posix()}/", 1) for d, r in zip(dirs, parts) for w in r.warnings],
+            [(d / u).as_posix() for d, r in zip(dirs, parts) for u in r.unfinished],
+        )
+    return merged if variants is None else merged.only(variants)
 
 
 def load_runs(results_dir: Path) -> tuple[pd.DataFrame, list[str]]:
