@@ -383,6 +383,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"grid: {len(variants)} variants x {len(envs)} envs x {args.seeds} seeds = {runs} runs "
           f"({skipped} already finished, {len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
           f"estimated {eta / 60:.1f} min", flush=True)
+    slow = grid.emulated_bf16_warning(jobs, device)
+    if slow:
+        print(slow, flush=True)
     if args.backend == "ray":
         progress = grid.Progress(jobs)
         try:

@@ -136,6 +136,38 @@ def package_versions() -> dict[str, str]:
     }
 
 
+# The CPU flags under which oneDNN multiplies bfloat16 natively. Without either, torch still runs
+# bfloat16 products, but emulated: on an AMD EPYC (Zen 3, AVX2) host an update with the bf16 variant
+# took 21x the fp32 update (`python -m harness bench`, docs/performance.md).
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """The CPU's model name and flags as Linux's /proc/cpuinfo gives them (first processor);
+    ("unknown", empty) where it cannot be read."""
+    model, flags = "unknown", frozenset()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return model, flags
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == "unknown":
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = frozenset(value.split())
+    return model, flags
+
+
+def native_bf16() -> bool | None:
+    """Whether this CPU multiplies bfloat16 natively (`NATIVE_BF16_FLAGS`); None when unknown."""
+    flags = cpu_info()[1]
+    return bool(flags & set(NATIVE_BF16_FLAGS)) if flags else None
+
+
 def platform_info() -> dict[str, str]:
+    """The machine a run was recorded on (config.json's `platform`)."""
+    bf16 = native_bf16()
     return {"system": platform.system(), "machine": platform.machine(), "processor": platform.processor() or "unknown",
-            "cpu_count": str(os.cpu_count())}
+            "cpu_count": str(os.cpu_count()), "cpu": cpu_info()[0],
+            "native_bf16": "unknown" if bf16 is None else str(bf16).lower()}

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from harness.running.bench import _orientations, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
+from harness.running.bench import _orientations, _update_lines, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
 
 
 def test_update_gemm_shapes_and_flops_by_hand():
@@ -21,9 +21,9 @@ def test_reference_update_is_about_half_a_gflop_on_pendulum():
 def test_bench_prints_every_figure():
     lines = run_bench("cpu", repeats=2, e2e_steps=1010, members=(1, 2), rounds=2)
     text = "\n".join(lines)
-    for needle in ("full update, S=1, fp32:", "full update, S=1, bf16:", "GFLOP", "floor (those GEMMs alone), fp32:",
+    for needle in ("cpu: ", "native bf16 (avx512_bf16 or amx_bf16): ", "full update, S=1, fp32:", "full update, S=1, bf16:", "GFLOP", "floor (those GEMMs alone), fp32:",
                    "floor (those GEMMs alone), bf16:", "update / floor, bf16:", "bf16 update / fp32 update:",
-                   "bf16 update / fp32 floor:", "16x16 networks:", "S=2", "sacbench fp32", "sacbench bf16",
+                   "bf16 update / fp32 floor:", "bf16 bound / fp32 update:", "16x16 networks:", "S=2", "sacbench fp32", "sacbench bf16",
                    "Stable-Baselines3"):
         assert needle in text
     # every round of the S=1 table is printed: its number, 2 updates and 2 floors, all positive
@@ -64,3 +64,12 @@ def test_every_way_the_floor_times_computes_the_same_product(gemm, dtype):
     for way in ways[1:]:
         # bf16 outputs are rounded to 8 significant bits, whichever kernel summed them
         torch.testing.assert_close(way(), first, rtol=1e-5 if dtype == torch.float32 else 2**-7, atol=1e-4)
+
+
+def test_the_bound_is_the_fp32_overhead_plus_the_bf16_floor_round_by_round():
+    # rounds: fp32 update, bf16 update, fp32 floor, bf16 floor (ms)
+    rounds = [[12.0, 9.0, 9.0, 5.0], [10.0, 8.0, 8.0, 4.0]]
+    lines = _update_lines(["fp32", "bf16"], rounds, flops=10**9, gemm_count=10)
+    bound = next(line for line in lines if line.startswith("bf16 bound / fp32 update:"))
+    # (12 - 9 + 5) / 12 = 0.667 and (10 - 8 + 4) / 10 = 0.6: median 0.63
+    assert "0.63 x" in bound and "per round 0.67, 0.60)" in bound

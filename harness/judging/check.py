@@ -78,20 +78,13 @@ class CheckOutcome:
 def platform_fingerprint() -> dict[str, str]:
     """What decides whether fixed-seed CPU results can be bit-identical: library versions and CPU."""
     versions = records.package_versions()
-    flags = model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags") and flags == "unknown":
-                flags = str(sorted(line.split(":", 1)[1].split()))
-            if line.startswith("model name") and model == "unknown":
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    model, flags = records.cpu_info()
+    flags_text = str(sorted(flags)) if flags else "unknown"
     import zlib
 
     return {"torch": versions["torch"], "numpy": versions["numpy"], "python": versions["python"],
             "machine": records.platform_info()["machine"], "cpu": model,
-            "cpu_flags_crc32": f"{zlib.crc32(flags.encode()):08x}"}
+            "cpu_flags_crc32": f"{zlib.crc32(flags_text.encode()):08x}"}
 
 
 def _states(runs) -> str:

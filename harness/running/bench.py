@@ -32,6 +32,7 @@ from variants.learner import SACLearner
 from variants.networks import PRECISIONS as NETWORK_PRECISIONS
 from variants.spec import VariantSpec
 
+from .. import records
 from .envs import LockstepEnvs, env_info
 from .train import store_transition
 
@@ -257,6 +258,10 @@ def _floor_dtypes(precision: str) -> tuple[torch.dtype, ...]:
     return (own,) if own == torch.float32 else (own, torch.float32)
 
 
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else "yes" if value else "no (bf16 products emulated: many times slower)"
+
+
 def _spread(values: Sequence[float], fmt: str = "{:.2f}") -> str:
     return ", ".join(fmt.format(v) for v in values)
 
@@ -287,9 +292,14 @@ def _update_lines(precisions: Sequence[str], rounds: list[list[float]], flops: i
             continue
         to_update = [u / f for u, f in zip(updates[p], updates["fp32"])]
         to_floor = [u / f for u, f in zip(updates[p], floors["fp32"])]
+        # What no cast-free rewrite of the products can beat: the fp32 update's work outside its GEMMs
+        # (its update minus its floor), which bf16 shares, plus the bf16 GEMMs back to back.
+        bound = [(u - f + b) / u for u, f, b in zip(updates["fp32"], floors["fp32"], floors[p])]
         lines += [
             f"{p} update / fp32 update:  {statistics.median(to_update):8.2f} x  (per round {_spread(to_update)})",
             f"{p} update / fp32 floor:   {statistics.median(to_floor):8.2f} x  (per round {_spread(to_floor)})",
+            f"{p} bound / fp32 update:   {statistics.median(bound):8.2f} x  ((fp32 update - fp32 floor + {p} floor) / "
+            f"fp32 update: the {p} update with free casts; per round {_spread(bound)})",
         ]
     return lines
 
@@ -320,7 +330,9 @@ def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 300
     info = env_info("Pendulum-v1")
     lines = [f"sacbench bench: reference on Pendulum-v1 dimensions (obs {info.obs_dim}, act {info.act_dim}), "
              f"hidden {'x'.join(map(str, spec.hidden_sizes))}, batch {spec.batch_size}, device {device}, "
-             f"torch {torch.__version__}, {torch.get_num_threads()} thread, precisions {', '.join(precisions)}"]
+             f"torch {torch.__version__}, {torch.get_num_threads()} thread, precisions {', '.join(precisions)}",
+             f"cpu: {records.cpu_info()[0]}, torch kernels {torch.backends.cpu.get_cpu_capability()}, native bf16 "
+             f"({' or '.join(records.NATIVE_BF16_FLAGS)}): {_yes_no(records.native_bf16())}"]
     gemms = update_gemms(info.obs_dim, info.act_dim, spec.hidden_sizes, spec.batch_size, 1)
     floors = [fastest_ways(gemms, device, dtypes=_floor_dtypes(p)) for p in precisions]
     table = update_and_floor_rounds(list(specs.values()), floors, repeats, rounds, device)

@@ -112,6 +112,17 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
     return jobs, skipped
 
 
+def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
+    """One warning line when bf16 jobs are to train on a CPU that multiplies bfloat16 only by emulation
+    (`records.native_bf16`), else None: such runs are as valid, but many times slower."""
+    bf16 = [job for job in jobs if job.spec.precision == "bf16"]
+    if device != "cpu" or not bf16 or records.native_bf16() is not False:
+        return None
+    return (f"warning: {len(bf16)} job(s) train in bf16, but this CPU ({records.cpu_info()[0]}) has neither AVX512_BF16 "
+            "nor AMX: its bfloat16 products are emulated (an update took 21x the fp32 update on an AVX2 host; "
+            "python -m harness bench times this one), and those runs will take that much longer than the estimate")
+
+
 def estimate_seconds(jobs: Sequence[Job], workers: int) -> float:
     member_steps = sum(job.budget.total_steps * len(job.seeds) for job in jobs)
     return member_steps * SECONDS_PER_MEMBER_STEP / max(1, min(workers, len(jobs) or 1))
