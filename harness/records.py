@@ -159,15 +159,18 @@ def cpu_info() -> tuple[str, frozenset[str]]:
     return model, flags
 
 
+def _has_native_bf16(flags: frozenset[str]) -> bool | None:
+    return bool(flags & set(NATIVE_BF16_FLAGS)) if flags else None
+
+
 def native_bf16() -> bool | None:
     """Whether this CPU multiplies bfloat16 natively (`NATIVE_BF16_FLAGS`); None when unknown."""
-    flags = cpu_info()[1]
-    return bool(flags & set(NATIVE_BF16_FLAGS)) if flags else None
+    return _has_native_bf16(cpu_info()[1])
 
 
 def platform_info() -> dict[str, str]:
     """The machine a run was recorded on (config.json's `platform`)."""
-    bf16 = native_bf16()
+    model, flags = cpu_info()
+    bf16 = _has_native_bf16(flags)
     return {"system": platform.system(), "machine": platform.machine(), "processor": platform.processor() or "unknown",
-            "cpu_count": str(os.cpu_count()), "cpu": cpu_info()[0],
-            "native_bf16": "unknown" if bf16 is None else str(bf16).lower()}
+            "cpu_count": str(os.cpu_count()), "cpu": model, "native_bf16": "unknown" if bf16 is None else str(bf16).lower()}
