@@ -20,6 +20,7 @@ import dataclasses
 import itertools
 import json
 import math
+import platform
 import shutil
 import time
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def platform_fingerprint() -> dict[str, str]:
     import zlib
 
     return {"torch": versions["torch"], "numpy": versions["numpy"], "python": versions["python"],
-            "machine": records.platform_info()["machine"], "cpu": model,
+            "machine": platform.machine(), "cpu": model,
             "cpu_flags_crc32": f"{zlib.crc32(flags_text.encode()):08x}"}
 
 
