@@ -50,6 +50,14 @@ def test_a_step_past_its_limit_is_stopped_and_fails(tmp_path):
     assert time.monotonic() - start < 20
 
 
+def test_step_commands_run_from_the_repository_root(tmp_path):
+    # `python -m harness` and `pytest tests` resolve against the working directory; where the package is
+    # not installed (a GPU machine given only the checkout), any other directory fails.
+    ctx = gpu_check.Context(tmp_path, "cpu", gpu_check.SIZES["smoke"], time.monotonic() + 60)
+    result = gpu_check._command(ctx, "bench", ["-c", "import os; print(os.getcwd())"])
+    assert result.ok and Path(result.lines[-1]) == ROOT
+
+
 def test_steps_not_reached_within_the_budget_are_reported_as_failed(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "BUDGET_S", 0.0)
     lines = []

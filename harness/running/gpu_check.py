@@ -41,6 +41,7 @@ from variants.learner import SACLearner
 
 from .. import records
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository: `python -m harness` and `pytest tests` run from here
 BUDGET_S = 450.0  # all steps together; the machine's start and the interpreter's come on top
 REPORT = "gpu_check.txt"
 
@@ -94,7 +95,7 @@ def _command(ctx: Context, step: str, argv: Sequence[str], keep_lines: int | Non
     start = time.monotonic()
     shown = "python " + " ".join(argv)
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=Path(__file__).resolve().parent.parent, start_new_session=True)
+                            cwd=ROOT, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=limit)
         status = f"exit {proc.returncode}, {time.monotonic() - start:.1f} s"
