@@ -44,6 +44,12 @@ from .. import records
 ROOT = Path(__file__).resolve().parents[2]  # the repository: `python -m harness` and `pytest tests` run from here
 BUDGET_S = 450.0  # all steps together; the machine's start and the interpreter's come on top
 REPORT = "gpu_check.txt"
+# On a GPU a batched learner and a learner alone may pick different product kernels (another summation
+# order), so members are compared within a tolerance there: fp32's is loose against float32 rounding
+# through 30 Adam updates; bf16's is its unit roundoff, 2**-8, since one order or the other can round a
+# bf16 product one unit apart. First run on an H200: 1.4e-6 (fp32) and 1.7e-3 (bf16). That a member's
+# records do not depend on the other members' data is checked bit for bit on the GPU by the CUDA tests.
+MEMBER_TOLERANCE = {"fp32": 1e-4, "bf16": 2.0 ** -8}
 
 
 @dataclass(frozen=True)
@@ -180,9 +186,10 @@ def step_independence(ctx: Context) -> StepResult:
         identical, worst = member_differences(precision, s.independence_members, s.independence_updates,
                                               s.independence_hidden, ctx.device)
         lines.append(f"  {precision}: {identical} of {s.independence_members} members bit-identical to their seed alone; "
-                     f"largest relative difference {worst:.2e} ({time.monotonic() - start:.1f} s)")
+                     f"largest relative difference {worst:.2e}, tolerance {MEMBER_TOLERANCE[precision]:.1e} "
+                     f"({time.monotonic() - start:.1f} s)")
         # Bit-identity is the CPU's guarantee; on a GPU it is reported, and closeness is required.
-        ok &= worst < 1e-3 and (ctx.device != "cpu" or identical == s.independence_members)
+        ok &= worst < MEMBER_TOLERANCE[precision] and (ctx.device != "cpu" or identical == s.independence_members)
     return StepResult(ok, lines)
 
 
