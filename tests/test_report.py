@@ -284,3 +284,27 @@ def test_a_run_recorded_in_two_folders_or_a_variant_with_no_runs_exits_2(tmp_pat
     assert report.report_command(tmp_path / "a", tmp_path / "out", also=[tmp_path / "missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_findings_markdown_gives_each_envs_verdicts_as_in_verdicts_csv(built) -> None:
+    _, out, summary = built
+    assert out / "findings.md" in summary.files
+    text = (out / "findings.md").read_text()
+    assert text.index("### Pendulum-v1") < text.index("### LunarLanderContinuous-v3")
+    pendulum = text[text.index("### Pendulum-v1"):text.index("### LunarLanderContinuous-v3")]
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in pendulum.splitlines() if line.startswith("| ")}
+    verdict = {(r["env"], r["variant"], r["metric"]): r for r in read_rows(out / "verdicts.csv")}
+    v = verdict[("Pendulum-v1", "naive-tanh", "final_return")]
+    assert rows["naive-tanh"][3].startswith(f"{stats.WORSE}: {float(v['difference']):+.4f} [{float(v['ci_low']):+.4f}, ")
+    assert rows["naive-tanh"][1] == "8"
+    assert rows["critic-first"][1] == "1 (1 failed)" and rows["critic-first"][3] == stats.TOO_FEW_RUNS
+    assert rows["reference"][3:] == ["-", "- |"]
+    iqm = [r for r in read_rows(out / "summary.csv")
+           if (r["env"], r["variant"], r["metric"]) == ("Pendulum-v1", "reference", "final_return_iqm")][0]
+    assert rows["reference"][2] == f"{float(iqm['estimate']):.1f} [{float(iqm['ci_low']):.1f}, {float(iqm['ci_high']):.1f}]"
+    assert MALICIOUS.replace("|", "\\|") in pendulum  # a name is one cell
+
+
+def test_findings_decimals_show_two_significant_digits_of_the_interval() -> None:
+    from harness.judging.findings import decimals
+    assert [decimals(h) for h in (0.32, 0.058, 0.0035, 0.00031, 12.0, 1e-17, 0.0, float("nan"))] == [2, 2, 3, 4, 2, 4, 4, 2]

@@ -7,6 +7,7 @@
     runs.csv            one row per readable run (runs.csv's columns + reason)
     summary.csv         IQM / mean / median / optimality gap with 95% bootstrap intervals
     verdicts.csv        P(variant > reference) with its interval and the verdict
+    findings.md         the verdicts as one Markdown table per environment, for a README (findings.py)
     *.png               figures, linked from index.html by relative path
 
 Every file is written atomically (harness.records). `report_command` is the CLI entry point.
@@ -30,6 +31,7 @@ from variants.catalog import CATALOG, REFERENCE
 from variants.spec import VariantSpec, field_doc
 
 from . import inference, normalization, stats
+from .findings import write_findings
 from .figures import FigureFile, draw_figures, variant_colors
 
 from .. import records
@@ -143,6 +145,8 @@ def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path
     written.append(_write_frame(out_dir / "pairing.csv", stats.pairing_table(runs, reference)))
     failures = stats.failure_table(runs, reference)
     written.append(_write_frame(out_dir / "failures.csv", failures))
+    write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, [str(s) for s in sources])
+    written.append(out_dir / "findings.md")
 
     colors = variant_colors(runs["variant"].tolist(), reference)
     curves = stats.iqm_learning_curves(data.eval_curves, runs, reps)

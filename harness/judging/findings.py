@@ -1,0 +1,94 @@
+"""The report's verdicts as Markdown tables (`findings.md`), one per environment, for a README.
+
+It reads the frames the report already computed (`stats.summary_table`, `stats.verdict_table` and the
+scored runs), so every figure in it is one the report's page shows. Per environment and variant: its
+runs (and how many failed or diverged), the final-return IQM with its 95% bootstrap interval in raw
+return, and its verdict against the reference on the final return and on auc_return with the
+simultaneous interval, plus, where the rule cannot decide, the minimum detectable difference (MDD).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import stats
+from .. import records
+
+
+def _runs_cell(runs: pd.DataFrame, env: str, variant: str) -> str:
+    """'5' or '5 (2 failed)' for the variant's runs in `env`."""
+    mine = runs[(runs["env"] == env) & (runs["variant"] == variant)]
+    others = [f"{int((mine['state'] == s).sum())} {s}" for s in records.STATES
+              if s != "complete" and (mine["state"] == s).any()]
+    return f"{len(mine)}" + (f" ({', '.join(others)})" if others else "")
+
+
+def _iqm_cell(summary: pd.DataFrame, env: str, variant: str) -> str:
+    match = summary[(summary["env"] == env) & (summary["variant"] == variant) & (summary["metric"] == "final_return_iqm")]
+    if match.empty:
+        return "-"
+    r = match.iloc[0]
+    return f"{r['estimate']:.1f} [{r['ci_low']:.1f}, {r['ci_high']:.1f}]"
+
+
+def decimals(half_width: float) -> int:
+    """Decimals that show an interval of this half-width to two significant digits, 2 to 4 of them: 0.32 -> 2,
+    0.0035 -> 3, 0.00031 -> 4; a zero-width interval (every difference equal) gets 4."""
+    if not np.isfinite(half_width):
+        return 2
+    if half_width <= 1e-4:
+        return 4
+    return min(4, max(2, -int(np.floor(np.log10(half_width)))))
+
+
+def verdict_cell(row: pd.Series | None) -> str:
+    """'better: +0.69 [+0.49, +0.88]', or with '; MDD 0.82' where no difference is detectable."""
+    if row is None:
+        return "-"
+    if np.isnan(row["difference"]):
+        return str(row["verdict"])
+    units = "" if row["units"] == "normalized" else " return"
+    d = decimals((row["ci_high"] - row["ci_low"]) / 2)
+    text = f"{row['verdict']}: {row['difference']:+.{d}f}{units} [{row['ci_low']:+.{d}f}, {row['ci_high']:+.{d}f}]"
+    if row["verdict"] == stats.NO_DIFFERENCE and not np.isnan(row["mdd"]):
+        text += f"; MDD {row['mdd']:.{d}f}"
+    return text
+
+
+def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str) -> str:
+    """One Markdown table per environment of `runs` (in `stats.env_order`), rows in `stats.variant_order`.
+
+    summary: `stats.summary_table` rows (env, variant, metric, estimate, ci_low, ci_high, n_runs).
+    verdicts: `stats.verdict_table` rows of both return metrics.
+    runs: the scored runs, one row per run (env, variant, seed, state, ...).
+    """
+    out = []
+    family = verdicts.loc[verdicts["metric"] == "final_return", "family_size"]
+    if not family.empty:
+        n = int(family.max())
+        out.append(f"Verdicts against `{reference}`: simultaneous intervals over a family of {n} "
+                   f"comparison{'s' if n != 1 else ''} per metric, family-wise level 5%; differences in normalized score where the "
+                   "environment has constants (raw return otherwise); MDD: the difference the runs could have "
+                   "missed (80% power).\n")
+    for env in stats.env_order(runs["env"].unique().tolist()):
+        here = runs[runs["env"] == env]
+        lines = [f"### {env}", "",
+                 "| variant | runs | final return IQM [95% CI] | vs reference, final return | vs reference, auc_return |",
+                 "| --- | --- | --- | --- | --- |"]
+        for variant in stats.variant_order(here["variant"].unique().tolist()):
+            cells = [variant, _runs_cell(runs, env, variant), _iqm_cell(summary, env, variant)]
+            for metric in stats.RETURN_METRICS:
+                match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant) & (verdicts["metric"] == metric)]
+                cells.append("-" if variant == reference else verdict_cell(None if match.empty else match.iloc[0]))
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append("\n".join(lines) + "\n")
+    return "\n".join(out)
+
+
+def write_findings(path, summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str,
+                   sources: Sequence[str]) -> None:
+    header = f"# Findings of {', '.join(sources)}\n\n"
+    records.atomic_write_text(path, header + findings_markdown(summary, verdicts, runs, reference))
