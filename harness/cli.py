@@ -593,9 +593,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("null-study", "power-study"):
             return cmd_calibration(args)
         if args.command == "report":
-            for results in args.results:
-                if not Path(results).is_dir():
-                    raise UsageError(f"report: no results folder at {results}")
             return cmd_report(Path(args.results[0]), Path(args.out) if args.out else None, *reference_returns(args),
                               also=[Path(r) for r in args.results[1:]], variants=args.variants)
         if args.command == "export":

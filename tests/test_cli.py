@@ -34,7 +34,7 @@ def run_cli(*args, cwd=ROOT):
         (["run", "--variants", "reference", "--envs", "Pendulum-v1", "--profile", "smoke", "--set", "learning_starts=1200"],
          "learning_starts=1200 is not below the run's 1200 env steps"),
         (["frobnicate"], "invalid choice"),
-        (["report", "/nonexistent/results"], "no results folder"),
+        (["report", "/nonexistent/results"], "results folder /nonexistent/results does not exist"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, names, capsys):

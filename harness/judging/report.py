@@ -114,7 +114,7 @@ def build_report(
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
     sources = [Path(results_dir), *map(Path, also)]
     data = stats.scan_many(sources, None if variants is None else [reference, *variants])
-    found = set(data.runs["variant"]) | {Path(u).parts[-2] for u in data.unfinished}
+    found = set(data.runs["variant"]) | set(data.unfinished_variants())
     missing = [v for v in (variants or ()) if v not in found]
     if missing:
         raise NoReadableRuns(f"no run of {', '.join(missing)} in {', '.join(map(str, sources))}")

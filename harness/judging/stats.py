@@ -116,6 +116,10 @@ class RunRecords:
         """One line per skipped run folder, unfinished and unreadable alike."""
         return [*(f"skipped {rel}: no status.json (unfinished run)" for rel in self.unfinished), *self.warnings]
 
+    def unfinished_variants(self) -> list[str]:
+        """The variant of each unfinished run folder (runs/<env>/<variant>/seed_<k>), in `unfinished`'s order."""
+        return [Path(u).parts[-2] for u in self.unfinished]
+
     def only(self, variants: Collection[str]) -> "RunRecords":
         """These records with only the runs of `variants`: unfinished folders of other variants are
         dropped too, unreadable ones stay listed (their variant cannot be trusted)."""
@@ -126,7 +130,7 @@ class RunRecords:
 
         return RunRecords(rows(self.runs), rows(self.eval_curves), rows(self.diagnostics),
                           {k: v for k, v in self.configs.items() if k[1] in keep}, self.warnings,
-                          [u for u in self.unfinished if Path(u).parts[-2] in keep])
+                          [u for u, v in zip(self.unfinished, self.unfinished_variants()) if v in keep])
 
     def scored_runs(self) -> pd.DataFrame:
         """`runs` with failed and diverged runs scored (`score_failures`): what statistics judge."""
