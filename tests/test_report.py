@@ -306,5 +306,12 @@ def test_findings_markdown_gives_each_envs_verdicts_as_in_verdicts_csv(built) ->
 
 
 def test_findings_decimals_show_two_significant_digits_of_the_interval() -> None:
-    from harness.judging.findings import decimals
+    from harness.judging.findings import decimals, verdict_cell
+    row = pd.Series({"verdict": stats.WORSE, "difference": -0.0594, "ci_low": -0.1168, "ci_high": -0.0021,
+                     "units": "normalized", "mdd": 0.05})
+    assert verdict_cell(row) == "worse: -0.059 [-0.117, -0.002]"  # not [-0.12, -0.00]
+    assert verdict_cell(row.copy().replace({-0.0021: -0.021})) == "worse: -0.06 [-0.12, -0.02]"
+    nodiff = pd.Series({"verdict": stats.NO_DIFFERENCE, "difference": 0.41, "ci_low": -0.24, "ci_high": 1.06,
+                        "units": "normalized", "mdd": 0.8206})
+    assert verdict_cell(nodiff) == "no detectable difference: +0.41 [-0.24, +1.06]; MDD 0.82"
     assert [decimals(h) for h in (0.32, 0.058, 0.0035, 0.00031, 12.0, 1e-17, 0.0, float("nan"))] == [2, 2, 3, 4, 2, 4, 4, 2]

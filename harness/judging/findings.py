@@ -52,6 +52,8 @@ def verdict_cell(row: pd.Series | None) -> str:
         return str(row["verdict"])
     units = "" if row["units"] == "normalized" else " return"
     d = decimals((row["ci_high"] - row["ci_low"]) / 2)
+    while d < 4 and any(bound != 0 and round(bound, d) == 0 for bound in (row["ci_low"], row["ci_high"])):
+        d += 1  # a bound that rounds to zero would hide which side of zero the interval ends on
     text = f"{row['verdict']}: {row['difference']:+.{d}f}{units} [{row['ci_low']:+.{d}f}, {row['ci_high']:+.{d}f}]"
     if row["verdict"] == stats.NO_DIFFERENCE and not np.isnan(row["mdd"]):
         text += f"; MDD {row['mdd']:.{d}f}"
