@@ -36,6 +36,12 @@ def test_bipedal_fall_maps_penalty_then_scales():
     np.testing.assert_allclose(transform_reward(r, "bipedal-fall", "BipedalWalker-v3"), [-10.0, 2.5, -5.0])
 
 
+def test_bipedal_fall_only_maps_the_penalty_and_scales_nothing():
+    r = np.array([-100.0, 0.25, -0.5])
+    np.testing.assert_allclose(transform_reward(r, "bipedal-fall-only", "BipedalWalker-v3"), [-1.0, 0.25, -0.5])
+    np.testing.assert_allclose(transform_reward(r, "bipedal-fall-only", "LunarLanderContinuous-v3"), r)
+
+
 def test_bipedal_fall_elsewhere_is_plain_times_ten():
     # LunarLander's crash penalty is also -100, but the blog's remap is for BipedalWalker only.
     r = np.array([-100.0, 1.0])

@@ -179,6 +179,31 @@ def test_blog_sac2_ablation_adds_one_of_blog_sac2s_fields_to_the_reference_each(
     assert changed == {"ref-3-layers": "hidden_sizes", "ref-xavier": "init", "ref-batch-128": "batch_size"}
 
 
+def test_bipedal_reward_ablation_splits_reward_scaleds_transform_in_two():
+    import dataclasses
+
+    import numpy as np
+
+    from variants.catalog import CATALOG, REFERENCE
+    from variants.rewards import transform_reward
+    from variants.userfile import load_variants_file
+
+    variants = load_variants_file(Path(__file__).parents[1] / "examples" / "bipedal_reward_ablation.toml")
+    for entry in variants.values():
+        fields = {f.name for f in dataclasses.fields(REFERENCE) if getattr(entry.spec, f.name) != getattr(REFERENCE, f.name)}
+        assert fields <= {"reward", "reward_scale"}, fields
+    # a fall, a step forward, a step back: one remaps, the other scales, the two together are reward-scaled's
+    r = np.array([-100.0, 0.3, -0.1])
+
+    def seen(spec):
+        return transform_reward(r, spec.reward, "BipedalWalker-v3", spec.reward_scale)
+
+    fall, scale = seen(variants["ref-fall-only"].spec), seen(variants["ref-scale-10"].spec)
+    np.testing.assert_allclose(fall, [-1.0, 0.3, -0.1], rtol=1e-6)
+    np.testing.assert_allclose(scale, [-1000.0, 3.0, -1.0], rtol=1e-6)
+    np.testing.assert_allclose(seen(CATALOG["reward-scaled"].spec), fall * 10, rtol=1e-6)
+
+
 @pytest.mark.parametrize("text, message", [
     ('[[variant]]\nname = "a"\ndescription = "d"\nbach_size = 3\n', "variant #1 ('a'): unknown field 'bach_size'"),
     ('[[variant]]\nname = "a"\ndescription = "d"\nbatch_size = "big"\n', "variant #1 ('a'): field batch_size: 'big' is not an integer"),

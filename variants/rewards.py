@@ -18,17 +18,24 @@ def _scale(reward: np.ndarray, env_id: str, reward_scale: float) -> np.ndarray:
     return reward * reward_scale
 
 
-def _bipedal_fall(reward: np.ndarray, env_id: str, reward_scale: float) -> np.ndarray:
-    # The blog's fix for BipedalWalker: its -100 fall penalty dwarfs the per-step rewards in [-1, 1].
+def _bipedal_fall_only(reward: np.ndarray, env_id: str, reward_scale: float) -> np.ndarray:
+    # BipedalWalker's -100 fall penalty dwarfs the per-step rewards in [-1, 1]; its author removed it
+    # (gym PR 787) as discouraging the agent from anything dangerous.
     if env_id == BIPEDAL_ENV_ID:
         reward = np.where(reward == BIPEDAL_FALL_PENALTY, -1.0, reward)
-    return reward * 10.0
+    return reward
+
+
+def _bipedal_fall(reward: np.ndarray, env_id: str, reward_scale: float) -> np.ndarray:
+    # The blog's fix: the fall penalty mapped to -1, then every reward times 10.
+    return _bipedal_fall_only(reward, env_id, reward_scale) * 10.0
 
 
 REWARD_TRANSFORMS: dict[str, Callable[[np.ndarray, str, float], np.ndarray]] = {
     "none": _none,
     "scale": _scale,
     "bipedal-fall": _bipedal_fall,
+    "bipedal-fall-only": _bipedal_fall_only,
 }
 
 

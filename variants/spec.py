@@ -18,7 +18,7 @@ import numpy as np
 LogProbForm = Literal["softplus", "naive", "naive-scaled"]
 UpdateOrder = Literal["sequential", "joint", "policy-first", "critic-first"]
 AlphaLossForm = Literal["log_alpha", "alpha"]
-RewardTransform = Literal["none", "scale", "bipedal-fall"]
+RewardTransform = Literal["none", "scale", "bipedal-fall", "bipedal-fall-only"]
 ActionRescale = Literal["affine", "unscaled-stochastic"]
 InitScheme = Literal["torch-default", "xavier"]
 Precision = Literal["fp32", "bf16"]
@@ -58,7 +58,8 @@ class VariantSpec:
     )
     reward: RewardTransform = _doc(
         "reward seen by the learner: 'none'; 'scale' times reward_scale; 'bipedal-fall' "
-        "BipedalWalker's -100 fall penalty mapped to -1 then times 10, elsewhere times 10",
+        "BipedalWalker's -100 fall penalty mapped to -1 then times 10, elsewhere times 10; "
+        "'bipedal-fall-only' the fall penalty mapped to -1, no scaling",
         default="none",
     )
     reward_scale: float = _doc("multiplier of the 'scale' reward transform", default=1.0)
