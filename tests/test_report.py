@@ -315,3 +315,15 @@ def test_findings_decimals_show_two_significant_digits_of_the_interval() -> None
                         "units": "normalized", "mdd": 0.8206})
     assert verdict_cell(nodiff) == "no detectable difference: +0.41 [-0.24, +1.06]; MDD 0.82"
     assert [decimals(h) for h in (0.32, 0.058, 0.0035, 0.00031, 12.0, 1e-17, 0.0, float("nan"))] == [2, 2, 3, 4, 2, 4, 4, 2]
+
+
+def test_a_report_with_no_comparison_yet_says_so(tmp_path: Path) -> None:
+    # One seed a side, as in the first hour of a campaign: no verdict, and the page says why.
+    write_cell(tmp_path / "results", "Pendulum-v1", "reference", FINALS[:1])
+    write_cell(tmp_path / "results", "Pendulum-v1", "naive-tanh", FINALS[:1])
+    report.build_report(tmp_path / "results", tmp_path / "out")
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert f"none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs" in page and "the 0 final-return" not in page
+    findings = (tmp_path / "out" / "findings.md").read_text()
+    assert "No verdict yet" in findings and "family of 0" not in findings
+    assert f"| naive-tanh | 1 | {FINALS[0]:.1f} [{FINALS[0]:.1f}, {FINALS[0]:.1f}] | {stats.TOO_FEW_RUNS} | {stats.TOO_FEW_RUNS} |" in findings

@@ -69,7 +69,9 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
     """
     out = []
     family = verdicts.loc[verdicts["metric"] == "final_return", "family_size"]
-    if not family.empty:
+    if not family.empty and int(family.max()) == 0:
+        out.append(f"No verdict yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that the rule needs.\n")
+    elif not family.empty:
         n = int(family.max())
         out.append(f"Verdicts against `{reference}`: simultaneous intervals over a family of {n} "
                    f"comparison{'s' if n != 1 else ''} per metric, family-wise level 5%; differences in normalized score where the "

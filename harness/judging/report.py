@@ -282,8 +282,11 @@ def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[
              "policy, 1 = target; raw return otherwise). Each cell compares the runs of the same seed (they share "
              "their environment and evaluation resets): the mean per-seed difference with its <em>simultaneous</em> "
              "interval, paired Student t (Welch's unpaired t where the seeds do not match). "
-             f"<strong>Family:</strong> the {family} final-return comparisons of this report (per environment and, over "
-             "two or more environments, <em>all</em>); <strong>method:</strong> Bonferroni t intervals at level "
+             + (f"<strong>Family:</strong> the {family} final-return comparisons of this report (per environment and, over "
+                "two or more environments, <em>all</em>); " if family else
+                f"<strong>Family:</strong> none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a "
+                "verdict needs; ")
+             + f"<strong>method:</strong> Bonferroni t intervals at level "
              f"1 - 0.05/{max(family, 1)} each; <strong>level:</strong> the chance that any cell of the table says better "
              "or worse when nothing differs is at most 5% (the auc_return verdicts below are a second family at the "
              "same level). <em>better</em> / <em>worse</em>: the interval lies above / below 0; <em>equivalent</em>: "
