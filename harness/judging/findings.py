@@ -20,10 +20,9 @@ from .. import records
 
 def _runs_cell(runs: pd.DataFrame, env: str, variant: str) -> str:
     """'5' or '5 (2 failed)' for the variant's runs in `env`."""
-    mine = runs[(runs["env"] == env) & (runs["variant"] == variant)]
-    others = [f"{int((mine['state'] == s).sum())} {s}" for s in records.STATES
-              if s != "complete" and (mine["state"] == s).any()]
-    return f"{len(mine)}" + (f" ({', '.join(others)})" if others else "")
+    count = int(((runs["env"] == env) & (runs["variant"] == variant)).sum())
+    others = stats.not_complete_text(runs, variant, env)
+    return f"{count}" + (f" ({others})" if others else "")
 
 
 def _iqm_cell(summary: pd.DataFrame, env: str, variant: str) -> str:

@@ -266,13 +266,6 @@ code{background:#f4f4f4;padding:0 0.2em}.lead{font-size:1.05em}
 """
 
 
-def _unfinished_text(runs: pd.DataFrame, variant: str, env: str) -> str:
-    """'2 failed, 1 diverged' for the variant's runs in `env` (all envs for 'all'), '' if none."""
-    mine = runs[(runs["variant"] == variant) & ((runs["env"] == env) | (env == stats.ALL_ENVS))]
-    return ", ".join(f"{int((mine['state'] == s).sum())} {s}" for s in records.STATES
-                     if s != "complete" and (mine["state"] == s).any())
-
-
 def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str], reference: str,
                      power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None) -> str:
     final = verdicts[verdicts["metric"] == "final_return"] if not verdicts.empty else verdicts
@@ -331,7 +324,7 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
             else:
                 detail = f"n {int(v['n_runs'])} vs {int(v['n_reference_runs'])}"
                 detail += "" if np.isnan(v["difference"]) else ", unpaired"
-            unfinished = _unfinished_text(runs, variant, env)
+            unfinished = stats.not_complete_text(runs, variant, env)
             if unfinished:
                 detail += f" ({unfinished})"
             if not np.isnan(v["difference"]):

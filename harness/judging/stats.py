@@ -347,6 +347,13 @@ def failure_reason(status: Mapping[str, object]) -> str:
 # --- ordering ------------------------------------------------------------------------------------
 
 
+def not_complete_text(runs: pd.DataFrame, variant: str, env: str) -> str:
+    """'2 failed, 1 diverged' for the variant's runs in `env` (all envs for `ALL_ENVS`), '' if none."""
+    mine = runs[(runs["variant"] == variant) & ((runs["env"] == env) | (env == ALL_ENVS))]
+    return ", ".join(f"{int((mine['state'] == s).sum())} {s}" for s in STATES
+                     if s != "complete" and (mine["state"] == s).any())
+
+
 def env_order(envs: Sequence[str]) -> list[str]:
     """Distinct `envs`: the benchmark's environments in their usual order, then the rest sorted."""
     known = list(normalization.R_TARGET)
