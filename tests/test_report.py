@@ -54,7 +54,8 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 def test_report_writes_tables_figures_and_page(built) -> None:
     _, out, summary = built
-    for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "pairing.csv", "learning_curves_Pendulum-v1.png",
+    for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "pairing.csv", "targets.csv",
+                 "learning_curves_Pendulum-v1.png",
                  "learning_curves_LunarLanderContinuous-v3.png", "aggregate_final_return.png",
                  "aggregate_auc_return.png", "performance_profile.png", "probability_of_improvement.png",
                  "diagnostics_Pendulum-v1.png", "run_states.png"):
@@ -67,7 +68,8 @@ def test_report_writes_tables_figures_and_page(built) -> None:
         assert png.read_bytes().startswith(b"\x89PNG")
     assert summary.state_counts == {"complete": 36, "failed": 1, "diverged": 1}
     # The page opens with the verdict table, then the differences, the figures and the protocol.
-    positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Figures", "<h2>Protocol")]
+    positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Reaching the target", "<h2>Figures",
+                                         "<h2>Protocol")]
     assert positions == sorted(positions)
     # Each figure section is headed once, and the performance profiles under their own name.
     figures = page[page.index("<h2>Figures"):page.index("<h2>Protocol")]
@@ -295,10 +297,15 @@ def test_findings_markdown_gives_each_envs_verdicts_as_in_verdicts_csv(built) ->
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in pendulum.splitlines() if line.startswith("| ")}
     verdict = {(r["env"], r["variant"], r["metric"]): r for r in read_rows(out / "verdicts.csv")}
     v = verdict[("Pendulum-v1", "naive-tanh", "final_return")]
-    assert rows["naive-tanh"][3].startswith(f"{stats.WORSE}: {float(v['difference']):+.4f} [{float(v['ci_low']):+.4f}, ")
+    assert rows["naive-tanh"][4].startswith(f"{stats.WORSE}: {float(v['difference']):+.4f} [{float(v['ci_low']):+.4f}, ")
     assert rows["naive-tanh"][1] == "8"
-    assert rows["critic-first"][1] == "1 (1 failed)" and rows["critic-first"][3] == stats.TOO_FEW_RUNS
-    assert rows["reference"][3:] == ["-", "- |"]
+    assert rows["critic-first"][1] == "1 (1 failed)" and rows["critic-first"][4] == stats.TOO_FEW_RUNS
+    assert rows["reference"][4:] == ["-", "- |"]
+    # Reaching the target: Pendulum's curves end at -200 at best (target -150); on LunarLander (target 200)
+    # only the last seed's curve, which rises to 200, reaches it, at its last evaluation.
+    assert "| reached -150 (first at) |" in pendulum and rows["reference"][3] == "0/8"
+    lunar = text[text.index("### LunarLanderContinuous-v3"):]
+    assert "| reference | 8 | " in lunar and "| 1/8 (at 4k) |" in lunar
     iqm = [r for r in read_rows(out / "summary.csv")
            if (r["env"], r["variant"], r["metric"]) == ("Pendulum-v1", "reference", "final_return_iqm")][0]
     assert rows["reference"][2] == f"{float(iqm['estimate']):.1f} [{float(iqm['ci_low']):.1f}, {float(iqm['ci_high']):.1f}]"
@@ -317,6 +324,17 @@ def test_findings_decimals_show_two_significant_digits_of_the_interval() -> None
     assert [decimals(h) for h in (0.32, 0.058, 0.0035, 0.00031, 12.0, 1e-17, 0.0, float("nan"))] == [2, 2, 3, 4, 2, 4, 4, 2]
 
 
+def test_reach_text_gives_how_many_runs_reached_the_target_and_when() -> None:
+    from harness.judging.findings import reach_text, step_text
+    assert [step_text(s) for s in (40000.0, 12500.0, 800.0, 1000.0)] == ["40k", "12.5k", "800", "1k"]
+    row = pd.Series({"n_runs": 3, "n_reached": 2, "first_step_median": 60000.0, "first_step_min": 40000.0,
+                     "first_step_max": 80000.0})
+    assert reach_text(row) == "2/3 (median 60k; 40k-80k)"
+    assert reach_text(row.copy().replace({2: 1})) == "1/3 (at 60k)"
+    assert reach_text(row.copy().replace({2: 0})) == "0/3"
+    assert reach_text(None) == "-"
+
+
 def test_a_report_with_no_comparison_yet_says_so(tmp_path: Path) -> None:
     # One seed a side, as in the first hour of a campaign: no verdict, and the page says why.
     write_cell(tmp_path / "results", "Pendulum-v1", "reference", FINALS[:1])
@@ -326,4 +344,5 @@ def test_a_report_with_no_comparison_yet_says_so(tmp_path: Path) -> None:
     assert f"none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs" in page and "the 0 final-return" not in page
     findings = (tmp_path / "out" / "findings.md").read_text()
     assert "No verdict yet" in findings and "family of 0" not in findings
-    assert f"| naive-tanh | 1 | {FINALS[0]:.1f} [{FINALS[0]:.1f}, {FINALS[0]:.1f}] | {stats.TOO_FEW_RUNS} | {stats.TOO_FEW_RUNS} |" in findings
+    assert (f"| naive-tanh | 1 | {FINALS[0]:.1f} [{FINALS[0]:.1f}, {FINALS[0]:.1f}] | 0/1 | {stats.TOO_FEW_RUNS} | "
+            f"{stats.TOO_FEW_RUNS} |") in findings

@@ -353,6 +353,27 @@ def test_a_diverged_run_lowers_its_variants_score(tmp_path: Path) -> None:
     assert pick(counted)["estimate"] < pick(survivors)["estimate"]
 
 
+def test_first_reach_steps_and_target_table_on_hand_computed_curves(tmp_path: Path) -> None:
+    # write_run's curves: final - 30, final - 20, final - 10, final at env steps 1000-4000; Pendulum's target is -150.
+    write_cell(tmp_path, "Pendulum-v1", "reference", [-130.0, -145.0, -200.0])  # reach at 2000, at 4000, never
+    write_run(tmp_path, "Pendulum-v1", "naive-tanh", 0, final_return=-100.0, state="failed")  # -130 at 1000, then fails
+    write_run(tmp_path, "Pendulum-v1", "naive-tanh", 1, final_return=-151.0)  # -151 at best: just short
+    write_run(tmp_path, "MyEnv-v0", "reference", 0, final_return=1e6)  # no target: no row
+    records = stats.scan_results(tmp_path)
+    first = stats.first_reach_steps(records.eval_curves, records.runs)
+    assert list(first.columns) == list(stats.FIRST_REACH_COLUMNS)
+    got = {(r.variant, r.seed): r.first_step for r in first.itertuples(index=False)}
+    assert got[("reference", 0)] == 2000 and got[("reference", 1)] == 4000 and np.isnan(got[("reference", 2)])
+    assert got[("naive-tanh", 0)] == 1000 and np.isnan(got[("naive-tanh", 1)])
+    assert set(first["env"]) == {"Pendulum-v1"} and (first["target"] == -150.0).all()
+    table = stats.target_table(first).set_index("variant")
+    assert tuple(table.loc["reference", ["n_runs", "n_reached", "first_step_median", "first_step_min",
+                                         "first_step_max"]]) == (3, 2, 3000.0, 2000.0, 4000.0)
+    assert tuple(table.loc["naive-tanh", ["n_runs", "n_reached", "first_step_median"]]) == (2, 1, 1000.0)
+    empty = stats.target_table(first[first["variant"] == "none"])
+    assert empty.empty and list(empty.columns) == list(stats.TARGET_COLUMNS)
+
+
 def test_failure_table_tests_failure_rates_exactly(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", [-200.0] * 5)
     for seed in range(5):

@@ -33,6 +33,30 @@ def _iqm_cell(summary: pd.DataFrame, env: str, variant: str) -> str:
     return f"{r['estimate']:.1f} [{r['ci_low']:.1f}, {r['ci_high']:.1f}]"
 
 
+def step_text(step: float) -> str:
+    """An env_step as the tables write it: 40000 -> '40k', 12500 -> '12.5k', 800 -> '800'."""
+    return f"{step / 1000:g}k" if step >= 1000 else f"{step:g}"
+
+
+def reach_text(row: pd.Series | None) -> str:
+    """'2/3 (median 60k; 40k-80k)': of a `stats.target_table` row, the runs that reached the target and
+    the env_steps at which they first did; '-' without a row (no target for the environment)."""
+    if row is None:
+        return "-"
+    text = f"{int(row['n_reached'])}/{int(row['n_runs'])}"
+    if int(row["n_reached"]) == 1:
+        return text + f" (at {step_text(row['first_step_median'])})"
+    if int(row["n_reached"]) > 1:
+        text += (f" (median {step_text(row['first_step_median'])}; {step_text(row['first_step_min'])}"
+                 f"-{step_text(row['first_step_max'])})")
+    return text
+
+
+def _reach_cell(targets: pd.DataFrame, env: str, variant: str) -> str:
+    match = targets[(targets["env"] == env) & (targets["variant"] == variant)]
+    return reach_text(None if match.empty else match.iloc[0])
+
+
 def decimals(half_width: float) -> int:
     """Decimals that show an interval of this half-width to two significant digits, 2 to 4 of them: 0.32 -> 2,
     0.0035 -> 3, 0.00031 -> 4; a zero-width interval (every difference equal) gets 4."""
@@ -59,12 +83,14 @@ def verdict_cell(row: pd.Series | None) -> str:
     return text
 
 
-def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str) -> str:
+def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str,
+                      targets: pd.DataFrame) -> str:
     """One Markdown table per environment of `runs` (in `stats.env_order`), rows in `stats.variant_order`.
 
     summary: `stats.summary_table` rows (env, variant, metric, estimate, ci_low, ci_high, n_runs).
     verdicts: `stats.verdict_table` rows of both return metrics.
     runs: the scored runs, one row per run (env, variant, seed, state, ...).
+    targets: `stats.target_table` rows (env, variant, target, n_runs, n_reached, first_step_*).
     """
     out = []
     family = verdicts.loc[verdicts["metric"] == "final_return", "family_size"]
@@ -76,13 +102,21 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
                    f"comparison{'s' if n != 1 else ''} per metric, family-wise level 5%; differences in normalized score where the "
                    "environment has constants (raw return otherwise); MDD: the difference the runs could have "
                    "missed (80% power).\n")
+    if not targets.empty:
+        out.append("Reached: how many runs had an evaluation (the mean return of its episodes) at or above the "
+                   "environment's target return, and the env step of each one's first (median; range); descriptive, "
+                   "no verdict.\n")
     for env in stats.env_order(runs["env"].unique().tolist()):
         here = runs[runs["env"] == env]
+        target = targets.loc[targets["env"] == env, "target"]
+        reach_header = f"reached {target.iloc[0]:g} (first at)" if len(target) else "reached the target"
         lines = [f"### {env}", "",
-                 "| variant | runs | final return IQM [95% CI] | vs reference, final return | vs reference, auc_return |",
-                 "| --- | --- | --- | --- | --- |"]
+                 f"| variant | runs | final return IQM [95% CI] | {reach_header} | vs reference, final return "
+                 "| vs reference, auc_return |",
+                 "| --- | --- | --- | --- | --- | --- |"]
         for variant in stats.variant_order(here["variant"].unique().tolist()):
-            cells = [variant, _runs_cell(runs, env, variant), _iqm_cell(summary, env, variant)]
+            cells = [variant, _runs_cell(runs, env, variant), _iqm_cell(summary, env, variant),
+                     _reach_cell(targets, env, variant)]
             for metric in stats.RETURN_METRICS:
                 match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant) & (verdicts["metric"] == metric)]
                 cells.append("-" if variant == reference else verdict_cell(None if match.empty else match.iloc[0]))
@@ -92,6 +126,6 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
 
 
 def write_findings(path, summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str,
-                   sources: Sequence[str]) -> None:
+                   targets: pd.DataFrame, sources: Sequence[str]) -> None:
     header = f"# Findings of {', '.join(sources)}\n\n"
-    records.atomic_write_text(path, header + findings_markdown(summary, verdicts, runs, reference))
+    records.atomic_write_text(path, header + findings_markdown(summary, verdicts, runs, reference, targets))

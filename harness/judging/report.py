@@ -31,7 +31,7 @@ from variants.catalog import CATALOG, REFERENCE
 from variants.spec import VariantSpec, field_doc
 
 from . import inference, normalization, stats
-from .findings import write_findings
+from .findings import reach_text, write_findings
 from .figures import FigureFile, draw_figures, variant_colors
 
 from .. import records
@@ -145,7 +145,9 @@ def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path
     written.append(_write_frame(out_dir / "pairing.csv", stats.pairing_table(runs, reference)))
     failures = stats.failure_table(runs, reference)
     written.append(_write_frame(out_dir / "failures.csv", failures))
-    write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, [str(s) for s in sources])
+    targets = stats.target_table(stats.first_reach_steps(data.eval_curves, runs))
+    written.append(_write_frame(out_dir / "targets.csv", targets))
+    write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources])
     written.append(out_dir / "findings.md")
 
     colors = variant_colors(runs["variant"].tolist(), reference)
@@ -155,7 +157,7 @@ def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path
     written.extend(out_dir / f.filename for f in figures)
 
     page = render_html(sources, runs, summary, verdicts, data.configs, data.warnings, data.unfinished, figures, reference, reps,
-                       power, failures, pending=pending)
+                       power, failures, pending=pending, targets=targets)
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
     written.append(index)
@@ -217,10 +219,10 @@ def render_html(
     configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], unfinished: Sequence[str],
     figures: Sequence[FigureFile],
     reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
-    pending: int | None = None,
+    pending: int | None = None, targets: pd.DataFrame | None = None,
 ) -> str:
-    """The report page: verdicts, warnings, differences from the reference, figures, protocol.
-    `sources`: the results folders read (the first names the report)."""
+    """The report page: verdicts, warnings, differences from the reference, summary, runs reaching the
+    target, figures, protocol. `sources`: the results folders read (the first names the report)."""
     title = " + ".join(Path(s).name for s in sources)
     envs = stats.env_order(runs["env"].tolist())
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
@@ -247,6 +249,7 @@ def render_html(
         _unfinished_section(unfinished, pending),
         _differences_section(runs, configs, reference),
         _summary_section(summary),
+        _target_section(targets),
         _figure_sections(figures, runs),
         _protocol_section(runs, configs, reps),
         "</body></html>\n",
@@ -520,6 +523,19 @@ def _summary_section(summary: pd.DataFrame) -> str:
             "diverged runs at their failure score). "
             "Every metric is in <a href=\"summary.csv\">summary.csv</a>.</p>\n" + _table(header, rows)
             + _raw_only_note(envs))
+
+
+def _target_section(targets: pd.DataFrame | None) -> str:
+    if targets is None or targets.empty:
+        return ""
+    rows = [(r.env, r.variant, f"{r.target:g}", reach_text(pd.Series(r._asdict())))
+            for r in targets.itertuples(index=False)]
+    return ("<h2>Reaching the target</h2>\n<p>Per environment with a target return, how many runs had an "
+            "evaluation (the mean return of its episodes) at or above it, and the env step of each one's first "
+            "(median and range over the runs that reached it). Runs of every state count: one that reached the "
+            "target before it failed did reach it. Descriptive: no verdict is drawn from it, and it is not in the "
+            "families above. <a href=\"targets.csv\">targets.csv</a>.</p>\n"
+            + _table(["env", "variant", "target", "reached (first at)"], rows))
 
 
 def _raw_only_note(envs: Sequence[str]) -> str:

@@ -940,6 +940,51 @@ def iqm_learning_curves(eval_curves: pd.DataFrame, runs: pd.DataFrame, reps: int
     return pd.DataFrame(rows, columns=["env", "variant", "env_step", "iqm", "ci_low", "ci_high", "n_runs"])
 
 
+FIRST_REACH_COLUMNS = ("env", "variant", "seed", "state", "target", "first_step")
+TARGET_COLUMNS = ("env", "variant", "target", "n_runs", "n_reached", "first_step_median", "first_step_min",
+                  "first_step_max")
+
+
+def first_reach_steps(eval_curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run in an environment with a target return (R_target), the first env_step whose evaluation mean
+    return is at or above the target; NaN where no evaluation reached it (censored at the run's last one).
+
+    Every run of `runs` enters, whatever its state: a run that reached the target and later failed did
+    reach it. Environments without a target have no rows.
+    Columns: env, variant, seed, state, target, first_step.
+    """
+    rows: list[tuple] = []
+    for run in _sort_runs(runs).itertuples(index=False):
+        target = normalization.R_TARGET.get(run.env)
+        if target is None:
+            continue
+        mine = eval_curves[(eval_curves["env"] == run.env) & (eval_curves["variant"] == run.variant)
+                           & (eval_curves["seed"] == run.seed)]
+        reached = mine.loc[mine["return_mean"] >= target, "env_step"]
+        rows.append((run.env, run.variant, int(run.seed), run.state, float(target),
+                     float(reached.min()) if len(reached) else np.nan))
+    return pd.DataFrame(rows, columns=list(FIRST_REACH_COLUMNS))
+
+
+def target_table(first_reach: pd.DataFrame) -> pd.DataFrame:
+    """How many runs of each (env, variant) reached the target, and at which env_step they first did
+    (median, min and max over the runs that reached it; NaN where none did). A descriptive table: it gives
+    no verdict, and its rates enter no family.
+
+    first_reach: `first_reach_steps` rows.
+    Columns: env, variant, target, n_runs, n_reached, first_step_median, first_step_min, first_step_max.
+    """
+    rows: list[tuple] = []
+    for env in env_order(first_reach["env"].tolist()):
+        here = first_reach[first_reach["env"] == env]
+        for variant in variant_order(here["variant"].tolist()):
+            steps = here.loc[here["variant"] == variant, "first_step"].to_numpy(dtype=np.float64)
+            hit = steps[~np.isnan(steps)]
+            summary = (np.median(hit), hit.min(), hit.max()) if len(hit) else (np.nan, np.nan, np.nan)
+            rows.append((env, variant, float(here["target"].iloc[0]), len(steps), len(hit), *map(float, summary)))
+    return pd.DataFrame(rows, columns=list(TARGET_COLUMNS))
+
+
 def mean_diagnostics(diagnostics: pd.DataFrame, columns: Sequence[str] = PLOTTED_DIAGNOSTICS) -> pd.DataFrame:
     """Mean across seeds of each diagnostic per (env, variant, env_step), over runs of every state.
 
