@@ -374,14 +374,16 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                        for e in envs if e in targets or e in randoms},
     )
     try:
-        jobs, skipped = grid.plan(request, fresh=args.fresh)
+        jobs, skipped, elsewhere = grid.plan(request, fresh=args.fresh)
     except grid.ConfigConflict as exc:
         raise UsageError(str(exc)) from None
     runs = len(variants) * len(envs) * args.seeds
     workers = 1 if device == "cuda" else args.workers
     eta = grid.estimate_seconds(jobs, workers)
     print(f"grid: {len(variants)} variants x {len(envs)} envs x {args.seeds} seeds = {runs} runs "
-          f"({skipped} already finished, {len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
+          f"({skipped} already finished, "
+          + (f"{elsewhere} being trained by another process, " if elsewhere else "")
+          + f"{len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
           f"estimated {eta / 60:.1f} min", flush=True)
     slow = grid.emulated_bf16_warning(jobs, device)
     if slow:
@@ -432,7 +434,7 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         request = grid.GridRequest(variants=variants, overrides=overrides, envs=[check.CHECK_ENV], seeds=seeds,
                                    budgets={check.CHECK_ENV: budget}, out=new_dir, device="cpu", members=1,
                                    command=("python", "-m", "harness", *argv))
-        jobs, _ = grid.plan(request, fresh=True)
+        jobs = grid.plan(request, fresh=True).jobs
         print(f"check: training {len(variants)} variants x {len(seeds)} seeds on {check.CHECK_ENV}, "
               f"{budget.total_steps} steps each, {args.workers} workers", flush=True)
         grid.execute(jobs, args.workers)

@@ -15,6 +15,11 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
 EVAL_COLUMNS = ("env_step", "return_mean", "return_std", "episodes")
 TRAIN_COLUMNS = ("env_step", "episode_return", "episode_length")
 RUNS_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s")
@@ -23,6 +28,55 @@ STATES = ("complete", "failed", "diverged")
 
 def run_dir(out: Path, env_id: str, variant: str, seed: int) -> Path:
     return Path(out) / "runs" / env_id / variant / f"seed_{seed}"
+
+
+# --- claiming a run: two grids on one results folder never train the same run -----------------------
+
+
+def run_lock_path(out: Path, env_id: str, variant: str, seed: int) -> Path:
+    """The lock file of one run; beside the checkpoints, which are never committed."""
+    return Path(out) / "checkpoints" / env_id / variant / f"seed_{seed}.lock"
+
+
+class RunLock:
+    """This process's exclusive claim on one run, until `release` (or the process's end: the OS drops the
+    lock of a killed process, so no claim outlives its grid)."""
+
+    def __init__(self, handle: BinaryIO):
+        self._handle = handle
+
+    def release(self) -> None:
+        self._handle.close()
+
+
+def try_lock_run(out: Path, env_id: str, variant: str, seed: int) -> RunLock | None:
+    """Claim a run for this process, or None when another process holds it (it is training the run).
+
+    An exclusive, non-blocking `flock` on the run's lock file, which records the holder's pid. Where the
+    OS has no `flock` (Windows) every claim succeeds: there, two grids must not share a results folder.
+    """
+    path = run_lock_path(out, env_id, variant, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+b")
+    if fcntl is not None:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n".encode())
+    handle.flush()
+    return RunLock(handle)
+
+
+def run_lock_holder(out: Path, env_id: str, variant: str, seed: int) -> str:
+    """The pid recorded in a run's lock file ('' when it cannot be read): for messages only."""
+    try:
+        return run_lock_path(out, env_id, variant, seed).read_text().strip()
+    except OSError:
+        return ""
 
 
 class WriteError(OSError):

@@ -160,3 +160,49 @@ def test_a_bf16_grid_on_a_cpu_without_native_bf16_is_warned_about_and_still_run(
     monkeypatch.setattr(records, "cpu_info", lambda: ("Some AMX CPU", frozenset({"avx2", "amx_bf16"})))
     assert main(args(tmp_path / "again")) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+def test_a_run_another_process_is_training_is_left_to_it(tmp_path, capsys):
+    out = tmp_path / "g"
+    other = records.try_lock_run(out, "Pendulum-v1", "reference", 1)  # as another grid's worker holds it
+    assert other is not None and records.try_lock_run(out, "Pendulum-v1", "reference", 1) is None
+    try:
+        assert main(grid_args(out, 300, 2, "--workers", "1")) == 0
+        printed = capsys.readouterr().out
+        assert "(0 already finished, 1 being trained by another process, 1 jobs of up to 1 seeds" in printed
+        assert [p.parent.name for p in out.glob("runs/*/*/seed_*/status.json")] == ["seed_0"]
+        assert not records.run_dir(out, "Pendulum-v1", "reference", 1).exists()  # not touched
+        # --fresh would discard the run the other process is writing: refused, nothing deleted.
+        assert main(grid_args(out, 300, 2, "--workers", "1", "--fresh")) == 2
+        err = capsys.readouterr().err
+        assert f"Pendulum-v1 reference seed 1 is being trained by another process (pid {os.getpid()})" in err
+        assert (records.run_dir(out, "Pendulum-v1", "reference", 0) / "status.json").exists()
+    finally:
+        other.release()
+    assert main(grid_args(out, 300, 2, "--workers", "1")) == 0  # once it is free, the rerun trains it
+    assert "(1 already finished, 1 jobs" in capsys.readouterr().out
+    assert len(list(out.glob("runs/*/*/seed_*/status.json"))) == 2
+
+
+def test_a_job_trains_only_the_seeds_still_free_when_it_starts(tmp_path):
+    # Planned with seeds 0-2; before the job starts, another grid claims seed 0 and finishes seed 1.
+    job = Job("reference", "", CATALOG["reference"].spec, {}, "Pendulum-v1", (0, 1, 2),
+              budget_for("smoke", "Pendulum-v1", 100), str(tmp_path))
+    other = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 0)
+    records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", 1) / "status.json", {"state": "complete"})
+    try:
+        with grid.claimed(job) as (mine, left_out):
+            assert mine is not None and mine.seeds == (2,)
+            assert records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 2) is None  # held while it trains
+        assert left_out == [f"Pendulum-v1 reference seed 0: left to another process that is training it (pid {os.getpid()})",
+                            "Pendulum-v1 reference seed 1: finished by another process since this grid was planned; "
+                            "kept as it is"]
+        free = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 2)  # released with the block
+        assert free is not None
+        free.release()
+        lines = []
+        progress = grid.Progress([job], log=lines.append, stream=io.StringIO())
+        progress.left_out(grid.JobOutcome(job, [], left_out))
+        assert (progress.total_runs, progress.total_steps) == (1, 100) and lines == left_out
+    finally:
+        other.release()

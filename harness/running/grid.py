@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -14,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from variants.catalog import CatalogEntry
 
@@ -67,16 +69,40 @@ def run_state(path: Path) -> str | None:
     return state if state in records.STATES else None
 
 
-def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
-    """Jobs for the runs still to do, and the number of runs skipped as already finished.
+class Plan(NamedTuple):
+    jobs: list[Job]  # the runs still to do, in the order to run them
+    finished: int  # runs skipped as already finished
+    elsewhere: int  # runs skipped as being trained by another process (another grid on the same folder)
 
-    Raises ConfigConflict when a run folder holds a different configuration (unless `fresh`).
+
+def run_claimed_elsewhere(out: Path, env_id: str, variant: str, seed: int) -> bool:
+    """Whether another process holds the run's claim (`records.try_lock_run`) right now."""
+    lock = records.try_lock_run(out, env_id, variant, seed)
+    if lock is None:
+        return True
+    lock.release()
+    return False
+
+
+def plan(request: GridRequest, fresh: bool = False) -> Plan:
+    """Jobs for the runs still to do, and how many runs were skipped as finished or as claimed by
+    another process (a second grid on the same results folder: it keeps them).
+
+    Raises ConfigConflict when a run folder holds a different configuration (unless `fresh`), or when
+    `fresh` would discard a run that another process is training.
     """
     jobs: list[Job] = []
-    skipped = 0
+    skipped = elsewhere = 0
     for env_id in request.envs:
         for name, entry in request.variants.items():
             todo: list[int] = []
+            if fresh:  # discarding a run another process is training would leave it writing into nothing
+                for seed in request.seeds:
+                    if run_claimed_elsewhere(request.out, env_id, name, seed):
+                        holder = records.run_lock_holder(request.out, env_id, name, seed)
+                        raise ConfigConflict(f"--fresh: {env_id} {name} seed {seed} is being trained by another "
+                                             f"process{f' (pid {holder})' if holder else ''}; stop it first, or "
+                                             "use another --out")
             for seed in request.seeds:
                 probe = Job(name, entry.description, entry.spec, request.overrides, env_id, (seed,),
                             request.budgets[env_id], str(request.out), request.device, request.command,
@@ -97,6 +123,9 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
                     if old is not None and run_state(path) is not None:
                         skipped += 1
                         continue
+                if run_claimed_elsewhere(request.out, env_id, name, seed):
+                    elsewhere += 1
+                    continue
                 todo.append(seed)
             if fresh:
                 shutil.rmtree(Path(request.out) / "checkpoints" / env_id / name, ignore_errors=True)
@@ -109,7 +138,56 @@ def plan(request: GridRequest, fresh: bool = False) -> tuple[list[Job], int]:
     # The cheapest environment first, and seed-major within it: every variant gets seed k before any
     # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
     jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
-    return jobs, skipped
+    return Plan(jobs, skipped, elsewhere)
+
+
+@contextlib.contextmanager
+def claimed(job: Job) -> Iterator[tuple[Job | None, list[str]]]:
+    """The part of `job` this process trains: the seeds whose run it could claim (`records.try_lock_run`,
+    held until the block ends) and that are still unfinished. Another grid on the same results folder
+    may have started or finished a run since this one was planned; that run is left to it.
+
+    Yields (the job with those seeds, or None when none is left; one line per seed left out).
+    """
+    locks: list[records.RunLock] = []
+    kept: list[int] = []
+    left_out: list[str] = []
+    try:
+        for seed in job.seeds:
+            name = f"{job.env_id} {job.variant} seed {seed}"
+            lock = records.try_lock_run(job.out, job.env_id, job.variant, seed)
+            if lock is None:
+                holder = records.run_lock_holder(job.out, job.env_id, job.variant, seed)
+                left_out.append(f"{name}: left to another process that is training it"
+                                + (f" (pid {holder})" if holder else ""))
+                continue
+            if run_state(records.run_dir(job.out, job.env_id, job.variant, seed)) is not None:
+                lock.release()
+                left_out.append(f"{name}: finished by another process since this grid was planned; kept as it is")
+                continue
+            locks.append(lock)
+            kept.append(seed)
+        yield (dataclasses.replace(job, seeds=tuple(kept)) if kept else None), left_out
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+class JobOutcome(NamedTuple):
+    job: Job  # as planned
+    rows: list[dict]  # runs.csv rows of the runs it trained
+    left_out: list[str]  # one line per seed left to another process
+
+
+def train_claimed(job: Job, on_progress: Callable[[int, int], None], should_stop: Callable[[], bool]) -> JobOutcome:
+    """Train the part of `job` this process can claim (`claimed`); `on_progress(n, members)` is told
+    every n new env steps of each of `members` runs."""
+    with claimed(job) as (mine, left_out):
+        if mine is None:
+            return JobOutcome(job, [], left_out)
+        members = len(mine.seeds)
+        rows = run_job(mine, on_progress=lambda n: on_progress(n, members), should_stop=should_stop)
+    return JobOutcome(job, rows, left_out)
 
 
 def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
@@ -168,8 +246,8 @@ def _report_progress(steps: int) -> None:
         _progress_queue.put(steps)
 
 
-def _run_job(job: Job) -> list[dict]:
-    return run_job(job, on_progress=lambda n: _report_progress(n * len(job.seeds)), should_stop=_stop_requested.is_set)
+def _run_job(job: Job) -> JobOutcome:
+    return train_claimed(job, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
 
 
 class Progress:
@@ -206,6 +284,20 @@ class Progress:
         eta = (self.total_steps - self.steps_done) / rate if rate > 0 else float("nan")
         return (f"[status] {self.runs_done}/{self.total_runs} runs done, {self.steps_done:,}/{self.total_steps:,} "
                 f"env steps, {rate:.0f} steps/s, elapsed {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min")
+
+    def left_out(self, outcome: JobOutcome) -> None:
+        """Take the seeds of a job that another process trains out of the totals, and say so."""
+        if not outcome.left_out:
+            return
+        n = len(outcome.left_out)
+        self.total_runs -= n
+        self.total_steps -= n * outcome.job.budget.total_steps
+        for line in outcome.left_out:
+            if self.bar is not None:
+                self.bar.total = self.total_steps
+                self.bar.write(line, file=self.stream)
+            else:
+                self.log(line)
 
     def finished(self, rows: list[dict]) -> None:
         self.runs_done += len(rows)
@@ -259,12 +351,10 @@ def _execute_here(jobs: Sequence[Job], progress: Progress, rows: list[dict]) -> 
     try:
         for job in jobs:
             try:
-                job_rows = run_job(job, on_progress=lambda n, m=len(job.seeds): progress.steps(n, m),
-                                   should_stop=_stop_requested.is_set)
+                outcome = train_claimed(job, progress.steps, _stop_requested.is_set)
             except Interrupted:
                 return True
-            rows.extend(job_rows)
-            progress.finished(job_rows)
+            _record(outcome, progress, rows)
     finally:
         signal.signal(signal.SIGINT, previous)
     return False
@@ -291,7 +381,7 @@ def _execute_pool(jobs: Sequence[Job], workers: int, progress: Progress, rows: l
                     if fut.cancelled():  # not started when Ctrl-C came
                         continue
                     try:
-                        job_rows = fut.result()
+                        outcome = fut.result()
                     except Interrupted:
                         interrupted = True
                         continue
@@ -300,8 +390,7 @@ def _execute_pool(jobs: Sequence[Job], workers: int, progress: Progress, rows: l
                             continue
                         raise WorkerCrashed("a worker process died (out of memory or killed?); finished runs "
                                             "are kept and a rerun resumes the others") from exc
-                    rows.extend(job_rows)
-                    progress.finished(job_rows)
+                    _record(outcome, progress, rows)
             except KeyboardInterrupt:
                 # The terminal's Ctrl-C reaches the workers too; a signal sent to this process alone
                 # is forwarded. Jobs not yet started are dropped; running ones checkpoint and stop.
@@ -315,6 +404,13 @@ def _execute_pool(jobs: Sequence[Job], workers: int, progress: Progress, rows: l
                         pass
     _drain(queue, progress)
     return interrupted
+
+
+def _record(outcome: JobOutcome, progress: Progress, rows: list[dict]) -> None:
+    progress.left_out(outcome)
+    rows.extend(outcome.rows)
+    if outcome.rows:
+        progress.finished(outcome.rows)
 
 
 def _drain(queue, progress: Progress) -> None:
