@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
     _add_reference_returns(report)
 
+    status = sub.add_parser("status", help="the runs of a results folder: finished, training now, or stopped")
+    status.add_argument("results", help="results folder, e.g. results/latest")
+
     export = sub.add_parser("export", help="write each run's final policy as ONNX or TorchScript, and check it")
     export.add_argument("results", help="results folder, e.g. results/latest")
     export.add_argument("--format", default="onnx", choices=("onnx", "torchscript"), help="default onnx")
@@ -566,6 +569,23 @@ def _report_dir(results: Path, out: Path | None) -> Path:
     return Path(out) if out else Path("reports") / Path(results).resolve().name
 
 
+def cmd_status(results: Path) -> int:
+    """Print the state of every run folder of `results` (a grid in progress, or one stopped)."""
+    if not (results / "runs").is_dir():
+        raise UsageError(f"status: no run folders in {results} (expected {results / 'runs'})")
+    rows = grid.folder_states(results)
+    if not rows:
+        raise UsageError(f"status: no run folders in {results / 'runs'}")
+    grid.print_state_table(rows)
+    for r in rows:
+        if r["state"] == "training":
+            print(f"training: {r['env']} {r['variant']} seed {r['seed']}" + (f" (pid {r['holder']})" if r["holder"] else ""))
+    for r in rows:
+        if r["state"] == "stopped":
+            print(f"stopped: {r['env']} {r['variant']} seed {r['seed']} (rerun its grid's command to resume it)")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .running.export import ExportError, export_command
 
@@ -599,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               also=[Path(r) for r in args.results[1:]], variants=args.variants)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "status":
+            return cmd_status(Path(args.results))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

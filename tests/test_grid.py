@@ -206,3 +206,33 @@ def test_a_job_trains_only_the_seeds_still_free_when_it_starts(tmp_path):
         assert (progress.total_runs, progress.total_steps) == (1, 100) and lines == left_out
     finally:
         other.release()
+
+
+def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
+    out = tmp_path / "g"
+    assert main(grid_args(out, 300, 1, "--workers", "1")) == 0
+    capsys.readouterr()
+    for seed in (1, 2):  # two unfinished run folders: seed 1 is being trained by a process, seed 2 was stopped
+        records.write_json(records.run_dir(out, "Pendulum-v1", "reference", seed) / "config.json", {})
+    training = records.try_lock_run(out, "Pendulum-v1", "reference", 1)
+    try:
+        assert main(["status", str(out)]) == 0
+    finally:
+        training.release()
+    printed = capsys.readouterr().out
+    assert "1 complete, 1 stopped, 1 training" in printed
+    assert f"training: Pendulum-v1 reference seed 1 (pid {os.getpid()})" in printed
+    assert "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it)" in printed
+    assert main(["status", str(tmp_path / "none")]) == 2
+    assert "no run folders" in capsys.readouterr().err
+
+
+def test_a_claim_held_for_an_instant_by_a_probe_is_still_won(tmp_path):
+    # `harness status` or another grid's planning holds a run's lock only while it probes it.
+    import threading
+
+    probe = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 0)
+    threading.Timer(grid.CLAIM_RETRY_S / 2, probe.release).start()
+    lock = grid.claim_run(tmp_path, "Pendulum-v1", "reference", 0)
+    assert lock is not None
+    lock.release()

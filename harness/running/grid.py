@@ -75,9 +75,25 @@ class Plan(NamedTuple):
     elsewhere: int  # runs skipped as being trained by another process (another grid on the same folder)
 
 
+# A claim found held is tried again: probes (another grid planning, `harness status`) hold it for an instant
+# only, a process that trains the run for as long as it trains.
+CLAIM_ATTEMPTS = 3
+CLAIM_RETRY_S = 0.1
+
+
+def claim_run(out: Path, env_id: str, variant: str, seed: int) -> records.RunLock | None:
+    """`records.try_lock_run`, tried CLAIM_ATTEMPTS times CLAIM_RETRY_S apart while another process holds it."""
+    for attempt in range(CLAIM_ATTEMPTS):
+        lock = records.try_lock_run(out, env_id, variant, seed)
+        if lock is not None or attempt == CLAIM_ATTEMPTS - 1:
+            return lock
+        time.sleep(CLAIM_RETRY_S)
+    return None
+
+
 def run_claimed_elsewhere(out: Path, env_id: str, variant: str, seed: int) -> bool:
-    """Whether another process holds the run's claim (`records.try_lock_run`) right now."""
-    lock = records.try_lock_run(out, env_id, variant, seed)
+    """Whether another process holds the run's claim (`claim_run`): it is training the run."""
+    lock = claim_run(out, env_id, variant, seed)
     if lock is None:
         return True
     lock.release()
@@ -155,7 +171,7 @@ def claimed(job: Job) -> Iterator[tuple[Job | None, list[str]]]:
     try:
         for seed in job.seeds:
             name = f"{job.env_id} {job.variant} seed {seed}"
-            lock = records.try_lock_run(job.out, job.env_id, job.variant, seed)
+            lock = claim_run(job.out, job.env_id, job.variant, seed)
             if lock is None:
                 holder = records.run_lock_holder(job.out, job.env_id, job.variant, seed)
                 left_out.append(f"{name}: left to another process that is training it"
@@ -433,6 +449,26 @@ def collect_runs(out: Path) -> list[dict]:
         rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state,
                      "final_return": status.get("final_return"), "auc_return": status.get("auc_return"),
                      "env_steps": status.get("env_steps"), "wall_s": status.get("wall_s")})
+    return rows
+
+
+def folder_states(out: Path) -> list[dict]:
+    """One row (env, variant, seed, state, holder) per run folder under `out`: its recorded state, or for
+    an unfinished one 'training' while a process holds its claim (holder: that pid) and 'stopped'
+    otherwise (a rerun of its grid's command resumes it)."""
+    rows = []
+    for path in sorted(Path(out).glob("runs/*/*/seed_*")):
+        env_id, variant = path.parts[-3], path.parts[-2]
+        try:
+            seed = int(path.name.removeprefix("seed_"))
+        except ValueError:
+            continue
+        state, holder = run_state(path), ""
+        if state is None:
+            training = run_claimed_elsewhere(out, env_id, variant, seed)
+            state = "training" if training else "stopped"
+            holder = records.run_lock_holder(out, env_id, variant, seed) if training else ""
+        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state, "holder": holder})
     return rows
 
 
