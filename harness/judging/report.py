@@ -528,8 +528,7 @@ def _summary_section(summary: pd.DataFrame) -> str:
 def _target_section(targets: pd.DataFrame | None) -> str:
     if targets is None or targets.empty:
         return ""
-    rows = [(r.env, r.variant, f"{r.target:g}", reach_text(pd.Series(r._asdict())))
-            for r in targets.itertuples(index=False)]
+    rows = [(r["env"], r["variant"], f"{r['target']:g}", reach_text(r)) for _, r in targets.iterrows()]
     return ("<h2>Reaching the target</h2>\n<p>Per environment with a target return, how many runs had an "
             "evaluation (the mean return of its episodes) at or above it, and the env step of each one's first "
             "(median and range over the runs that reached it). Runs of every state count: one that reached the "

@@ -344,14 +344,14 @@ def failure_reason(status: Mapping[str, object]) -> str:
     return f"{first_line} (at step {step})" if step is not None else first_line
 
 
-# --- ordering ------------------------------------------------------------------------------------
-
-
 def not_complete_text(runs: pd.DataFrame, variant: str, env: str) -> str:
     """'2 failed, 1 diverged' for the variant's runs in `env` (all envs for `ALL_ENVS`), '' if none."""
     mine = runs[(runs["variant"] == variant) & ((runs["env"] == env) | (env == ALL_ENVS))]
     return ", ".join(f"{int((mine['state'] == s).sum())} {s}" for s in STATES
                      if s != "complete" and (mine["state"] == s).any())
+
+
+# --- ordering ------------------------------------------------------------------------------------
 
 
 def env_order(envs: Sequence[str]) -> list[str]:
@@ -953,17 +953,13 @@ def first_reach_steps(eval_curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataF
     reach it. Environments without a target have no rows.
     Columns: env, variant, seed, state, target, first_step.
     """
-    rows: list[tuple] = []
-    for run in _sort_runs(runs).itertuples(index=False):
-        target = normalization.R_TARGET.get(run.env)
-        if target is None:
-            continue
-        mine = eval_curves[(eval_curves["env"] == run.env) & (eval_curves["variant"] == run.variant)
-                           & (eval_curves["seed"] == run.seed)]
-        reached = mine.loc[mine["return_mean"] >= target, "env_step"]
-        rows.append((run.env, run.variant, int(run.seed), run.state, float(target),
-                     float(reached.min()) if len(reached) else np.nan))
-    return pd.DataFrame(rows, columns=list(FIRST_REACH_COLUMNS))
+    keys = ["env", "variant", "seed"]
+    at_target = eval_curves["return_mean"] >= eval_curves["env"].map(normalization.R_TARGET)
+    first = eval_curves[at_target].groupby(keys)["env_step"].min().astype("float64").rename("first_step")
+    with_target = _sort_runs(runs[runs["env"].isin(list(normalization.R_TARGET))])
+    frame = with_target[[*keys, "state"]].assign(target=with_target["env"].map(normalization.R_TARGET).astype("float64"))
+    frame = frame.merge(first.reset_index(), on=keys, how="left")
+    return frame.astype({"seed": "int64"})[list(FIRST_REACH_COLUMNS)].reset_index(drop=True)
 
 
 def target_table(first_reach: pd.DataFrame) -> pd.DataFrame:

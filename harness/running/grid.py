@@ -83,21 +83,26 @@ CLAIM_RETRY_S = 0.1
 
 def claim_run(out: Path, env_id: str, variant: str, seed: int) -> records.RunLock | None:
     """`records.try_lock_run`, tried CLAIM_ATTEMPTS times CLAIM_RETRY_S apart while another process holds it."""
-    for attempt in range(CLAIM_ATTEMPTS):
+    for _ in range(CLAIM_ATTEMPTS - 1):
         lock = records.try_lock_run(out, env_id, variant, seed)
-        if lock is not None or attempt == CLAIM_ATTEMPTS - 1:
+        if lock is not None:
             return lock
         time.sleep(CLAIM_RETRY_S)
+    return records.try_lock_run(out, env_id, variant, seed)
+
+
+def claim_holder(out: Path, env_id: str, variant: str, seed: int) -> str | None:
+    """None when no other process holds the run's claim (`claim_run`); else the pid recorded by the
+    process that is training the run ('' when it cannot be read)."""
+    lock = claim_run(out, env_id, variant, seed)
+    if lock is None:
+        return records.run_lock_holder(out, env_id, variant, seed)
+    lock.release()
     return None
 
 
-def run_claimed_elsewhere(out: Path, env_id: str, variant: str, seed: int) -> bool:
-    """Whether another process holds the run's claim (`claim_run`): it is training the run."""
-    lock = claim_run(out, env_id, variant, seed)
-    if lock is None:
-        return True
-    lock.release()
-    return False
+def _pid_text(holder: str) -> str:
+    return f" (pid {holder})" if holder else ""
 
 
 def plan(request: GridRequest, fresh: bool = False) -> Plan:
@@ -114,11 +119,10 @@ def plan(request: GridRequest, fresh: bool = False) -> Plan:
             todo: list[int] = []
             if fresh:  # discarding a run another process is training would leave it writing into nothing
                 for seed in request.seeds:
-                    if run_claimed_elsewhere(request.out, env_id, name, seed):
-                        holder = records.run_lock_holder(request.out, env_id, name, seed)
+                    holder = claim_holder(request.out, env_id, name, seed)
+                    if holder is not None:
                         raise ConfigConflict(f"--fresh: {env_id} {name} seed {seed} is being trained by another "
-                                             f"process{f' (pid {holder})' if holder else ''}; stop it first, or "
-                                             "use another --out")
+                                             f"process{_pid_text(holder)}; stop it first, or use another --out")
             for seed in request.seeds:
                 probe = Job(name, entry.description, entry.spec, request.overrides, env_id, (seed,),
                             request.budgets[env_id], str(request.out), request.device, request.command,
@@ -139,7 +143,7 @@ def plan(request: GridRequest, fresh: bool = False) -> Plan:
                     if old is not None and run_state(path) is not None:
                         skipped += 1
                         continue
-                if run_claimed_elsewhere(request.out, env_id, name, seed):
+                if claim_holder(request.out, env_id, name, seed) is not None:
                     elsewhere += 1
                     continue
                 todo.append(seed)
@@ -174,8 +178,7 @@ def claimed(job: Job) -> Iterator[tuple[Job | None, list[str]]]:
             lock = claim_run(job.out, job.env_id, job.variant, seed)
             if lock is None:
                 holder = records.run_lock_holder(job.out, job.env_id, job.variant, seed)
-                left_out.append(f"{name}: left to another process that is training it"
-                                + (f" (pid {holder})" if holder else ""))
+                left_out.append(f"{name}: left to another process that is training it{_pid_text(holder)}")
                 continue
             if run_state(records.run_dir(job.out, job.env_id, job.variant, seed)) is not None:
                 lock.release()
@@ -308,9 +311,10 @@ class Progress:
         n = len(outcome.left_out)
         self.total_runs -= n
         self.total_steps -= n * outcome.job.budget.total_steps
+        if self.bar is not None:
+            self.bar.total = self.total_steps
         for line in outcome.left_out:
             if self.bar is not None:
-                self.bar.total = self.total_steps
                 self.bar.write(line, file=self.stream)
             else:
                 self.log(line)
@@ -463,12 +467,11 @@ def folder_states(out: Path) -> list[dict]:
             seed = int(path.name.removeprefix("seed_"))
         except ValueError:
             continue
-        state, holder = run_state(path), ""
+        state, holder = run_state(path), None
         if state is None:
-            training = run_claimed_elsewhere(out, env_id, variant, seed)
-            state = "training" if training else "stopped"
-            holder = records.run_lock_holder(out, env_id, variant, seed) if training else ""
-        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state, "holder": holder})
+            holder = claim_holder(out, env_id, variant, seed)
+            state = "stopped" if holder is None else "training"
+        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state, "holder": holder or ""})
     return rows
 
 
