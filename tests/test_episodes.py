@@ -28,7 +28,7 @@ def write_results(root: Path) -> None:
 def test_episode_windows_on_hand_computed_episodes(tmp_path: Path) -> None:
     write_results(tmp_path)
     data = stats.scan_results(tmp_path)
-    train = episodes.read_train(data, [tmp_path])
+    train = episodes.read_train(data)
     assert len(train) == 6 and set(train["variant"]) == {"reference"}  # the failed run ended no episode
     assert episodes.time_limits(data.configs) == {"Pendulum-v1": 200}
     table = episodes.episode_windows(train, 300, {"Pendulum-v1": 200})
@@ -45,6 +45,18 @@ def test_episode_windows_on_hand_computed_episodes(tmp_path: Path) -> None:
     assert np.isnan(episodes.episode_windows(train, 300, {})["at_time_limit"]).all()  # no limit known
     with pytest.raises(ValueError, match="window"):
         episodes.episode_windows(train, 0, {})
+
+
+def test_train_is_read_from_each_runs_own_folder_when_folders_are_read_together(tmp_path: Path) -> None:
+    write_results(tmp_path / "campaign")
+    study = write_run(tmp_path / "study", "Pendulum-v1", "ref-xavier", 0)
+    records.write_csv(study / "train.csv", records.TRAIN_COLUMNS, [(200, -800.0, 200)])
+    data = stats.scan_many([tmp_path / "campaign", tmp_path / "study"])
+    assert data.folders[("Pendulum-v1", "ref-xavier", 0)] == study
+    train = episodes.read_train(data)
+    assert train.groupby("variant")["episode_return"].sum().to_dict() == {"reference": -4100.0, "ref-xavier": -800.0}
+    only = episodes.read_train(data.only(["ref-xavier"]))
+    assert list(only["episode_return"]) == [-800.0]
 
 
 def test_the_command_prints_the_table_and_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,16 +33,14 @@ WINDOW_COLUMNS = ("env", "variant", "window_start", "window_end", "n_runs", "epi
                   "length_median", "at_time_limit")
 
 
-def read_train(records: stats.RunRecords, results_dirs: Sequence[Path]) -> pd.DataFrame:
+def read_train(records: stats.RunRecords) -> pd.DataFrame:
     """train.csv of every run in `records`, keyed: env, variant, seed, env_step, episode_return, episode_length.
 
     A run whose train.csv is missing or lacks a column is left out (its other records were readable).
     """
     frames = []
     for run in records.runs.itertuples(index=False):
-        path = Path(run.path) / "train.csv"
-        if len(results_dirs) == 1:
-            path = Path(results_dirs[0]) / path
+        path = records.folders[(run.env, run.variant, run.seed)] / "train.csv"
         try:
             train = pd.read_csv(path)
         except (OSError, ValueError, pd.errors.ParserError):
@@ -141,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except stats.DuplicateRun as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    train = read_train(records, args.results)
+    train = read_train(records)
     if train.empty:
         print("error: no finished run with a readable train.csv in " + ", ".join(map(str, args.results)),
               file=sys.stderr)

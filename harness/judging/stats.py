@@ -103,6 +103,8 @@ class RunRecords:
     warnings: one line per run folder that was skipped as unreadable or inconsistent, naming it and why.
     unfinished: the run folders (relative to the results folder) skipped for having no status.json yet:
         runs still going (a live report) or stopped before they finished (a rerun resumes them).
+    folders: each readable run's folder as found on disk (results folder joined with `path`), keyed by
+        (env, variant, seed): where a reader of a run's other files (train.csv) opens it.
     """
 
     runs: pd.DataFrame
@@ -111,6 +113,7 @@ class RunRecords:
     configs: dict[tuple[str, str, int], dict]
     warnings: list[str]
     unfinished: list[str] = field(default_factory=list)
+    folders: dict[tuple[str, str, int], Path] = field(default_factory=dict)
 
     def skipped(self) -> list[str]:
         """One line per skipped run folder, unfinished and unreadable alike."""
@@ -130,7 +133,8 @@ class RunRecords:
 
         return RunRecords(rows(self.runs), rows(self.eval_curves), rows(self.diagnostics),
                           {k: v for k, v in self.configs.items() if k[1] in keep}, self.warnings,
-                          [u for u, v in zip(self.unfinished, self.unfinished_variants()) if v in keep])
+                          [u for u, v in zip(self.unfinished, self.unfinished_variants()) if v in keep],
+                          {k: v for k, v in self.folders.items() if k[1] in keep})
 
     def scored_runs(self) -> pd.DataFrame:
         """`runs` with failed and diverged runs scored (`score_failures`): what statistics judge."""
@@ -155,6 +159,7 @@ def scan_results(results_dir: Path) -> RunRecords:
     curves: list[pd.DataFrame] = []
     diagnostics: list[pd.DataFrame] = []
     configs: dict[tuple[str, str, int], dict] = {}
+    folders: dict[tuple[str, str, int], Path] = {}
     warnings: list[str] = []
     unfinished: list[str] = []
     for folder in find_run_folders(results_dir):
@@ -171,6 +176,7 @@ def scan_results(results_dir: Path) -> RunRecords:
         rows.append(row)
         key = (row["env"], row["variant"], row["seed"])
         configs[key] = config
+        folders[key] = folder
         curves.append(curve.assign(env=row["env"], variant=row["variant"], seed=row["seed"]))
         diagnostics.append(diag.assign(env=row["env"], variant=row["variant"], seed=row["seed"]))
 
@@ -182,7 +188,7 @@ def scan_results(results_dir: Path) -> RunRecords:
     eval_curves = _concat(curves, [*key_columns, *EVAL_COLUMNS])
     diag_frame = _concat(diagnostics, [*key_columns, *DIAGNOSTICS_REQUIRED])
     diag_frame = diag_frame[key_columns + [c for c in diag_frame.columns if c not in key_columns]]
-    return RunRecords(runs, eval_curves, diag_frame, configs, warnings, unfinished)
+    return RunRecords(runs, eval_curves, diag_frame, configs, warnings, unfinished, folders)
 
 
 class DuplicateRun(ValueError):
@@ -212,8 +218,10 @@ def scan_many(results_dirs: Sequence[Path], variants: Collection[str] | None = N
             raise DuplicateRun(f"{first['env']} / {first['variant']} / seed {first['seed']} is recorded twice: "
                                + ", ".join(runs.loc[same, "path"]))
         configs: dict[tuple[str, str, int], dict] = {}
+        folders: dict[tuple[str, str, int], Path] = {}
         for r in parts:
             configs.update(r.configs)
+            folders.update(r.folders)
         merged = RunRecords(
             _sort_runs(runs),
             _concat([r.eval_curves for r in parts], [*key_columns, *EVAL_COLUMNS]),
@@ -221,6 +229,7 @@ def scan_many(results_dirs: Sequence[Path], variants: Collection[str] | None = N
             configs,
             [w.replace("skipped ", f"skipped {d.as_posix()}/", 1) for d, r in zip(dirs, parts) for w in r.warnings],
             [(d / u).as_posix() for d, r in zip(dirs, parts) for u in r.unfinished],
+            folders,
         )
     return merged if variants is None else merged.only(variants)
 
