@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the runs still to train, in the order they would run, and train none")
     run.add_argument("--no-report", action="store_true", help="do not build a report (neither live nor at the end)")
     run.add_argument("--report-every", type=float, default=LIVE_EVERY, metavar="SECONDS",
                      help=f"while the grid runs, rebuild reports/<name> after a run finishes, at most this often "
@@ -366,7 +368,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     device = _resolve_device(args.device)
     members = args.members or (args.seeds if device == "cuda" else 1)
     out = Path(args.out)
-    problem = grid.check_writable(out)
+    if args.dry_run and args.fresh:
+        raise UsageError("--dry-run with --fresh: --fresh deletes run folders as it plans; drop one of them")
+    problem = None if args.dry_run else grid.check_writable(out)
     if problem:
         raise UsageError(problem)
     request = grid.GridRequest(
@@ -391,6 +395,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     slow = grid.emulated_bf16_warning(jobs, device)
     if slow:
         print(slow, flush=True)
+    if args.dry_run:
+        print(grid.plan_text(jobs) if jobs else "nothing to train: every run is finished or being trained elsewhere")
+        return 0
     if args.backend == "ray":
         progress = grid.Progress(jobs)
         try:

@@ -184,6 +184,31 @@ def test_a_run_another_process_is_training_is_left_to_it(tmp_path, capsys):
     assert len(list(out.glob("runs/*/*/seed_*/status.json"))) == 2
 
 
+def test_a_dry_run_lists_the_runs_left_in_grid_order_and_touches_nothing(tmp_path, capsys):
+    out = tmp_path / "g"
+    assert main(grid_args(out, 300, 3, "--dry-run")) == 0
+    printed = capsys.readouterr().out
+    assert "(0 already finished, 3 jobs of up to 1 seeds" in printed
+    assert [line.strip() for line in printed.splitlines()[-3:]] == [
+        f"Pendulum-v1  reference  seed {k}  (300 steps)" for k in range(3)]
+    assert not out.exists()  # planned without writing: no folder, no lock file
+    assert main(grid_args(out, 300, 1, "--workers", "1")) == 0
+    other = records.try_lock_run(out, "Pendulum-v1", "reference", 2)  # another grid trains seed 2
+    try:
+        capsys.readouterr()
+        assert main(grid_args(out, 300, 3, "--dry-run")) == 0
+        printed = capsys.readouterr().out
+    finally:
+        other.release()
+    assert "(1 already finished, 1 being trained by another process, 1 jobs" in printed
+    assert printed.splitlines()[-1].strip() == "Pendulum-v1  reference  seed 1  (300 steps)"
+    assert sorted(p.name for p in out.glob("runs/*/*/seed_*")) == ["seed_0"]  # nothing trained
+    assert main(grid_args(out, 300, 1, "--dry-run")) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert main(grid_args(out, 300, 1, "--dry-run", "--fresh")) == 2
+    assert "--dry-run with --fresh" in capsys.readouterr().err
+
+
 def test_a_job_trains_only_the_seeds_still_free_when_it_starts(tmp_path):
     # Planned with seeds 0-2; before the job starts, another grid claims seed 0 and finishes seed 1.
     job = Job("reference", "", CATALOG["reference"].spec, {}, "Pendulum-v1", (0, 1, 2),

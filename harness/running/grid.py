@@ -93,7 +93,10 @@ def claim_run(out: Path, env_id: str, variant: str, seed: int) -> records.RunLoc
 
 def claim_holder(out: Path, env_id: str, variant: str, seed: int) -> str | None:
     """None when no other process holds the run's claim (`claim_run`); else the pid recorded by the
-    process that is training the run ('' when it cannot be read)."""
+    process that is training the run ('' when it cannot be read). Creates nothing where no process ever
+    claimed the run (a planning or a dry run of a new folder leaves it as it was)."""
+    if not records.run_lock_path(out, env_id, variant, seed).exists():
+        return None
     lock = claim_run(out, env_id, variant, seed)
     if lock is None:
         return records.run_lock_holder(out, env_id, variant, seed)
@@ -159,6 +162,16 @@ def plan(request: GridRequest, fresh: bool = False) -> Plan:
     # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
     jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
     return Plan(jobs, skipped, elsewhere)
+
+
+def plan_text(jobs: Sequence[Job]) -> str:
+    """The jobs one per line, in the order a grid runs them: env, variant, seeds, env steps."""
+    lines = ["would train, in this order:"]
+    for job in jobs:
+        seeds = ", ".join(map(str, job.seeds))
+        lines.append(f"  {job.env_id}  {job.variant}  seed{'s' if len(job.seeds) > 1 else ''} {seeds}  "
+                     f"({job.budget.total_steps:,} steps)")
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager
