@@ -55,7 +55,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 def test_report_writes_tables_figures_and_page(built) -> None:
     _, out, summary = built
     for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "pairing.csv", "targets.csv",
-                 "learning_curves_Pendulum-v1.png",
+                 "late_diagnostics.csv", "learning_curves_Pendulum-v1.png",
                  "learning_curves_LunarLanderContinuous-v3.png", "aggregate_final_return.png",
                  "aggregate_auc_return.png", "performance_profile.png", "probability_of_improvement.png",
                  "diagnostics_Pendulum-v1.png", "run_states.png"):
@@ -68,7 +68,8 @@ def test_report_writes_tables_figures_and_page(built) -> None:
         assert png.read_bytes().startswith(b"\x89PNG")
     assert summary.state_counts == {"complete": 36, "failed": 1, "diverged": 1}
     # The page opens with the verdict table, then the differences, the figures and the protocol.
-    positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Reaching the target", "<h2>Figures",
+    positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Reaching the target",
+                                         "<h2>At the end of training", "<h2>Figures",
                                          "<h2>Protocol")]
     assert positions == sorted(positions)
     # Each figure section is headed once, and the performance profiles under their own name.

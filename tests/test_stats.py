@@ -374,6 +374,27 @@ def test_first_reach_steps_and_target_table_on_hand_computed_curves(tmp_path: Pa
     assert empty.empty and list(empty.columns) == list(stats.TARGET_COLUMNS)
 
 
+def test_late_diagnostics_on_hand_computed_values() -> None:
+    steps = [250, 500, 750, 1000]
+    runs = pd.DataFrame({"env": "Pendulum-v1", "variant": ["naive-tanh", "reference", "reference", "reference"],
+                         "seed": [0, 0, 1, 2], "state": ["complete", "complete", "complete", "diverged"]})
+    alphas = {("naive-tanh", 0): [9.0, 9.0, 7.0, 7.0], ("reference", 0): [1.0, 2.0, 3.0, 5.0],
+              ("reference", 1): [0.0, 0.0, 1.0, np.inf], ("reference", 2): [100.0] * 4}
+    diagnostics = pd.DataFrame([{"env": "Pendulum-v1", "variant": v, "seed": k, "env_step": step, "alpha": a,
+                                 "entropy": -1.0}
+                                for (v, k), values in alphas.items() for step, a in zip(steps, values)])
+    table = stats.late_diagnostics(diagnostics, runs, fraction=0.5, columns=("alpha", "entropy"))
+    assert list(table.columns) == ["env", "variant", "n_runs", "alpha_median", "alpha_min", "alpha_max",
+                                   "entropy_median", "entropy_min", "entropy_max"]
+    assert list(table["variant"]) == ["reference", "naive-tanh"]  # catalog order
+    reference = table.iloc[0]
+    # Steps after 500 of 1000: seed 0 (3 + 5) / 2 = 4; seed 1 1 (the inf is left out); seed 2 diverged: out.
+    assert (reference["n_runs"], reference["alpha_median"], reference["alpha_min"], reference["alpha_max"]) == (2, 2.5, 1.0, 4.0)
+    assert table.iloc[1]["alpha_median"] == 7.0 and (table["entropy_median"] == -1.0).all()
+    none = stats.late_diagnostics(diagnostics, runs.assign(state="failed"), columns=("alpha",))
+    assert none.empty and list(none.columns) == ["env", "variant", "n_runs", "alpha_median", "alpha_min", "alpha_max"]
+
+
 def test_failure_table_tests_failure_rates_exactly(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", [-200.0] * 5)
     for seed in range(5):

@@ -147,6 +147,8 @@ def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path
     written.append(_write_frame(out_dir / "failures.csv", failures))
     targets = stats.target_table(stats.first_reach_steps(data.eval_curves, runs))
     written.append(_write_frame(out_dir / "targets.csv", targets))
+    late = stats.late_diagnostics(data.diagnostics, runs)
+    written.append(_write_frame(out_dir / "late_diagnostics.csv", late))
     write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources])
     written.append(out_dir / "findings.md")
 
@@ -157,7 +159,7 @@ def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path
     written.extend(out_dir / f.filename for f in figures)
 
     page = render_html(sources, runs, summary, verdicts, data.configs, data.warnings, data.unfinished, figures, reference, reps,
-                       power, failures, pending=pending, targets=targets)
+                       power, failures, pending=pending, targets=targets, late=late)
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
     written.append(index)
@@ -219,7 +221,7 @@ def render_html(
     configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], unfinished: Sequence[str],
     figures: Sequence[FigureFile],
     reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
-    pending: int | None = None, targets: pd.DataFrame | None = None,
+    pending: int | None = None, targets: pd.DataFrame | None = None, late: pd.DataFrame | None = None,
 ) -> str:
     """The report page: verdicts, warnings, differences from the reference, summary, runs reaching the
     target, figures, protocol. `sources`: the results folders read (the first names the report)."""
@@ -250,6 +252,7 @@ def render_html(
         _differences_section(runs, configs, reference),
         _summary_section(summary),
         _target_section(targets),
+        _late_section(late),
         _figure_sections(figures, runs),
         _protocol_section(runs, configs, reps),
         "</body></html>\n",
@@ -535,6 +538,30 @@ def _target_section(targets: pd.DataFrame | None) -> str:
             "target before it failed did reach it. Descriptive: no verdict is drawn from it, and it is not in the "
             "families above. <a href=\"targets.csv\">targets.csv</a>.</p>\n"
             + _table(["env", "variant", "target", "reached (first at)"], rows))
+
+
+def _spread_text(row: pd.Series, column: str, scale: float = 1.0) -> str:
+    median, low, high = (row[f"{column}_{s}"] * scale for s in ("median", "min", "max"))
+    if np.isnan(median):
+        return "-"
+    return f"{median:.3g}" if low == high else f"{median:.3g} [{low:.3g}, {high:.3g}]"
+
+
+def _late_section(late: pd.DataFrame | None) -> str:
+    if late is None or late.empty:
+        return ""
+    shown = [("alpha", 1.0), ("entropy", 1.0), ("q_mean", 1.0), ("critic_loss", 1.0), ("saturation_fraction", 100.0),
+             ("log_prob_gap", 1.0)]
+    rows = [(r["env"], r["variant"], str(r["n_runs"]), *(_spread_text(r, c, k) for c, k in shown))
+            for _, r in late.iterrows()]
+    return ("<h2>At the end of training</h2>\n<p>The diagnostics over the last "
+            f"{stats.LATE_FRACTION:.0%} of each complete run's env steps (the mean over its intervals there), as the "
+            "median over runs [min, max]. Saturated: the share (%) of sampled action components with |tanh(u)| "
+            "&gt; 0.999; log-prob gap: how far the naive log(1 - tanh(u)^2 + eps) is from the stable form on the "
+            "sampled actions (0: the forms agree). A dash: the run did not record it (a peer implementation). "
+            "Descriptive: no verdict is drawn from it. <a href=\"late_diagnostics.csv\">late_diagnostics.csv</a>.</p>\n"
+            + _table(["env", "variant", "runs", "alpha", "entropy", "mean Q", "critic loss", "saturated (%)",
+                      "log-prob gap"], rows))
 
 
 def _raw_only_note(envs: Sequence[str]) -> str:

@@ -990,6 +990,36 @@ def target_table(first_reach: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(TARGET_COLUMNS))
 
 
+LATE_FRACTION = 0.1  # "the end of training": the last tenth of a run's env steps
+
+
+def late_diagnostics(diagnostics: pd.DataFrame, runs: pd.DataFrame, fraction: float = LATE_FRACTION,
+                     columns: Sequence[str] = PLOTTED_DIAGNOSTICS) -> pd.DataFrame:
+    """Each diagnostic at the end of training: per complete run, the mean over its diagnostics intervals
+    that end in the last `fraction` of its env steps (env_step > (1 - fraction) x the run's last
+    env_step); then per (env, variant) the median, min and max of those run means. Descriptive.
+
+    Failed and diverged runs are left out (they stopped early: their last steps are not the end of
+    training); non-finite values are left out of a run's mean.
+    diagnostics: `RunRecords.diagnostics` rows. runs: rows with env, variant, seed, state.
+    Columns: env, variant, n_runs, then `<column>_median`, `<column>_min`, `<column>_max` per column.
+    """
+    keys = ["env", "variant", "seed"]
+    stat_columns = [f"{c}_{s}" for c in columns for s in ("median", "min", "max")]
+    values = diagnostics.merge(complete_runs(runs)[keys], on=keys, how="inner")[[*keys, "env_step", *columns]].copy()
+    if values.empty:
+        return pd.DataFrame(columns=["env", "variant", "n_runs", *stat_columns])
+    values[list(columns)] = values[list(columns)].astype("float64").replace([np.inf, -np.inf], np.nan)
+    last = values.groupby(keys)["env_step"].transform("max")
+    per_run = values[values["env_step"] > (1.0 - fraction) * last].groupby(keys)[list(columns)].mean().reset_index()
+    grouped = per_run.groupby(["env", "variant"])
+    table = grouped[list(columns)].agg(["median", "min", "max"])
+    table.columns = [f"{c}_{s}" for c, s in table.columns]
+    table.insert(0, "n_runs", grouped["seed"].nunique())
+    table = _sort_runs(table.reset_index().assign(seed=0))  # catalog order of envs and variants
+    return table[["env", "variant", "n_runs", *stat_columns]].reset_index(drop=True)
+
+
 def mean_diagnostics(diagnostics: pd.DataFrame, columns: Sequence[str] = PLOTTED_DIAGNOSTICS) -> pd.DataFrame:
     """Mean across seeds of each diagnostic per (env, variant, env_step), over runs of every state.
 
