@@ -540,19 +540,20 @@ def _target_section(targets: pd.DataFrame | None) -> str:
             + _table(["env", "variant", "target", "reached (first at)"], rows))
 
 
-def _spread_text(row: pd.Series, column: str, scale: float = 1.0) -> str:
+def _spread_text(row: pd.Series, column: str, scale: float = 1.0, spec: str = ".3g") -> str:
     median, low, high = (row[f"{column}_{s}"] * scale for s in ("median", "min", "max"))
     if np.isnan(median):
         return "-"
-    return f"{median:.3g}" if low == high else f"{median:.3g} [{low:.3g}, {high:.3g}]"
+    return f"{median:{spec}}" if low == high else f"{median:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def _late_section(late: pd.DataFrame | None) -> str:
     if late is None or late.empty:
         return ""
-    shown = [("alpha", 1.0), ("entropy", 1.0), ("q_mean", 1.0), ("critic_loss", 1.0), ("saturation_fraction", 100.0),
-             ("log_prob_gap", 1.0)]
-    rows = [(r["env"], r["variant"], str(r["n_runs"]), *(_spread_text(r, c, k) for c, k in shown))
+    # (column, scale, format): the log-prob gap in fixed point, as it is compared with 0.
+    shown = [("alpha", 1.0, ".3g"), ("entropy", 1.0, ".3g"), ("q_mean", 1.0, ".3g"), ("critic_loss", 1.0, ".3g"),
+             ("saturation_fraction", 100.0, ".3g"), ("log_prob_gap", 1.0, ".4f")]
+    rows = [(r["env"], r["variant"], str(r["n_runs"]), *(_spread_text(r, c, k, f) for c, k, f in shown))
             for _, r in late.iterrows()]
     return ("<h2>At the end of training</h2>\n<p>The diagnostics over the last "
             f"{stats.LATE_FRACTION:.0%} of each complete run's env steps (the mean over its intervals there), as the "
