@@ -586,11 +586,19 @@ def cmd_status(results: Path) -> int:
     grid.print_state_table(rows)
     for r in rows:
         if r["state"] == "training":
-            print(f"training: {r['env']} {r['variant']} seed {r['seed']}" + (f" (pid {r['holder']})" if r["holder"] else ""))
+            print(f"training: {r['env']} {r['variant']} seed {r['seed']}" + (f" (pid {r['holder']})" if r["holder"] else "")
+                  + _steps_text(r))
     for r in rows:
         if r["state"] == "stopped":
-            print(f"stopped: {r['env']} {r['variant']} seed {r['seed']} (rerun its grid's command to resume it)")
+            print(f"stopped: {r['env']} {r['variant']} seed {r['seed']}{_steps_text(r)} "
+                  "(rerun its grid's command to resume it from its last checkpoint)")
     return 0
+
+
+def _steps_text(row: dict) -> str:
+    if row["env_steps"] is None:
+        return ""
+    return f": {row['env_steps']:,}" + (f" of {row['total_steps']:,}" if row["total_steps"] else "") + " env steps recorded"
 
 
 def cmd_export(args: argparse.Namespace) -> int:

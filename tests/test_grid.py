@@ -238,7 +238,10 @@ def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
     assert main(grid_args(out, 300, 1, "--workers", "1")) == 0
     capsys.readouterr()
     for seed in (1, 2):  # two unfinished run folders: seed 1 is being trained by a process, seed 2 was stopped
-        records.write_json(records.run_dir(out, "Pendulum-v1", "reference", seed) / "config.json", {})
+        folder = records.run_dir(out, "Pendulum-v1", "reference", seed)
+        records.write_json(folder / "config.json", {"budget": {"total_steps": 300}})
+    records.write_csv(records.run_dir(out, "Pendulum-v1", "reference", 1) / "diagnostics.csv", ("env_step", "updates"),
+                      [(100, 0), (200, 100)])
     training = records.try_lock_run(out, "Pendulum-v1", "reference", 1)
     try:
         assert main(["status", str(out)]) == 0
@@ -246,8 +249,8 @@ def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
         training.release()
     printed = capsys.readouterr().out
     assert "1 complete, 1 stopped, 1 training" in printed
-    assert f"training: Pendulum-v1 reference seed 1 (pid {os.getpid()})" in printed
-    assert "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it)" in printed
+    assert f"training: Pendulum-v1 reference seed 1 (pid {os.getpid()}): 200 of 300 env steps recorded" in printed
+    assert "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it" in printed  # no diagnostics yet
     assert main(["status", str(tmp_path / "none")]) == 2
     assert "no run folders" in capsys.readouterr().err
 

@@ -469,10 +469,26 @@ def collect_runs(out: Path) -> list[dict]:
     return rows
 
 
+def recorded_steps(path: Path) -> tuple[int | None, int | None]:
+    """(env steps recorded so far, the run's budget) of a run folder: the last diagnostics interval's
+    env_step (0 before the first) and config.json's budget; None for what cannot be read."""
+    try:
+        total = int(records.read_json(path / "config.json")["budget"]["total_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        total = None
+    try:
+        lines = (path / "diagnostics.csv").read_text().split()
+        done = int(lines[-1].split(",")[0]) if len(lines) > 1 else 0
+    except (OSError, ValueError, IndexError):
+        done = None
+    return done, total
+
+
 def folder_states(out: Path) -> list[dict]:
-    """One row (env, variant, seed, state, holder) per run folder under `out`: its recorded state, or for
-    an unfinished one 'training' while a process holds its claim (holder: that pid) and 'stopped'
-    otherwise (a rerun of its grid's command resumes it)."""
+    """One row (env, variant, seed, state, holder, env_steps, total_steps) per run folder under `out`: its
+    recorded state, or for an unfinished one 'training' while a process holds its claim (holder: that
+    pid) and 'stopped' otherwise (a rerun of its grid's command resumes it); for an unfinished one also
+    the env steps recorded so far and its budget (`recorded_steps`; None elsewhere)."""
     rows = []
     for path in sorted(Path(out).glob("runs/*/*/seed_*")):
         env_id, variant = path.parts[-3], path.parts[-2]
@@ -480,11 +496,13 @@ def folder_states(out: Path) -> list[dict]:
             seed = int(path.name.removeprefix("seed_"))
         except ValueError:
             continue
-        state, holder = run_state(path), None
+        state, holder, done, total = run_state(path), None, None, None
         if state is None:
             holder = claim_holder(out, env_id, variant, seed)
             state = "stopped" if holder is None else "training"
-        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state, "holder": holder or ""})
+            done, total = recorded_steps(path)
+        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state, "holder": holder or "",
+                     "env_steps": done, "total_steps": total})
     return rows
 
 
