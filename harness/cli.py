@@ -27,6 +27,7 @@ from .running.envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
 from .judging import normalization
 from .running import grid
 from .running.implementations import TRAINERS
+from . import records
 from .records import WriteError
 from .running.train import Interrupted, no_update_reason
 from .live import DEFAULT_EVERY as LIVE_EVERY, LiveReport
@@ -405,14 +406,21 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         finally:
             progress.close()
     else:
-        live = None if args.no_report else LiveReport(out, _report_dir(out, None), args.report_every, targets, randoms)
-        grid.execute(jobs, workers, on_finished=live)
+        # Published while this grid runs, so that the live report of another grid on the same folder
+        # counts these runs among those still to come (and ours counts theirs).
+        queue = records.hold_queue(out, [(job.env_id, job.variant, seed) for job in jobs for seed in job.seeds])
+        try:
+            live = None if args.no_report else LiveReport(out, _report_dir(out, None), args.report_every, targets,
+                                                          randoms, still_to_come=lambda: grid.still_to_come(out))
+            grid.execute(jobs, workers, on_finished=live)
+        finally:
+            queue.release()
     rows = grid.collect_runs(out)
     grid.write_runs_csv(out, rows)
     counts = grid.print_state_table([r for r in rows if r["variant"] in variants and r["env"] in envs])
     print(f"runs.csv in {out}")
     if not args.no_report:
-        cmd_report(out, None, targets, randoms)
+        cmd_report(out, None, targets, randoms, pending=grid.still_to_come(out))  # another grid's, if any
     bad = sum(v for k, v in counts.items() if k != "complete")
     return 1 if args.strict and bad else 0
 
@@ -559,16 +567,17 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None,
-               also: Sequence[Path] = (), variants: Sequence[str] | None = None) -> int:
+               also: Sequence[Path] = (), variants: Sequence[str] | None = None, pending: int | None = None) -> int:
     """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones;
-    `also`: more results folders read with `results`; `variants`: only these beside the reference."""
+    `also`: more results folders read with `results`; `variants`: only these beside the reference;
+    `pending`: runs that grids still running on `results` have yet to finish (the page says so)."""
     try:
         from .judging.report import report_command
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
     return report_command(Path(results), _report_dir(results, out), targets=targets, randoms=randoms,
-                          also=also, variants=variants)
+                          also=also, variants=variants, pending=pending)
 
 
 def _report_dir(results: Path, out: Path | None) -> Path:
@@ -592,6 +601,9 @@ def cmd_status(results: Path) -> int:
         if r["state"] == "stopped":
             print(f"stopped: {r['env']} {r['variant']} seed {r['seed']}{_steps_text(r)} "
                   "(rerun its grid's command to resume it from its last checkpoint)")
+    grids = len(records.live_queues(results))
+    if grids:
+        print(f"still to come: {grid.still_to_come(results)} runs queued by {grids} grid(s) running on this folder")
     return 0
 
 

@@ -2,7 +2,9 @@
 
 `harness run` hands a `LiveReport` to the grid, which calls it after each finished job: the report of
 the results folder is rebuilt from the run records written so far, at most once every `every` seconds
-(the first finished job always gets one), and the page says how many runs are still to come. The
+(the first finished job always gets one), and the page says how many runs are still to come: this grid's
+and those of any other grid running on the same folder (`still_to_come`, from the grids' published
+queues; without it, this grid's planned runs less those done). The
 report reads only finished run folders (status.json is written last, and every file atomically), so
 a run still training is never half-read.
 """
@@ -21,10 +23,12 @@ class LiveReport:
 
     def __init__(self, results_dir: Path, out_dir: Path, every: float = DEFAULT_EVERY,
                  targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print):
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print,
+                 still_to_come: Callable[[], int] | None = None):
         self.results_dir, self.out_dir, self.every = Path(results_dir), Path(out_dir), every
         self.targets, self.randoms = targets, randoms
         self.clock, self.log = clock, log
+        self.still_to_come = still_to_come
         self.last: float | None = None
         self.builds = 0
 
@@ -38,10 +42,12 @@ class LiveReport:
 
         self.last = now
         try:
+            pending = self.still_to_come() if self.still_to_come is not None else planned - done
             build_report(self.results_dir, self.out_dir, targets=self.targets, randoms=self.randoms,
-                         pending=planned - done)
+                         pending=pending or None)
         except Exception as exc:  # a report must never stop the grid; the next finished job retries
             self.log(f"warning: live report not rebuilt ({type(exc).__name__}: {exc})")
             return
         self.builds += 1
-        self.log(f"live report: {self.out_dir / 'index.html'} ({done} of {planned} runs finished)")
+        self.log(f"live report: {self.out_dir / 'index.html'} ({done} of {planned} runs of this grid finished, "
+                 f"{pending} still to come on the folder)")

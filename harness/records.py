@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -77,6 +78,64 @@ def run_lock_holder(out: Path, env_id: str, variant: str, seed: int) -> str:
         return run_lock_path(out, env_id, variant, seed).read_text().strip()
     except OSError:
         return ""
+
+
+# --- a grid's queue: what every grid on one results folder still means to train ----------------------
+
+
+def grid_queue_dir(out: Path) -> Path:
+    """Where each running grid lists the runs it plans; beside the run locks, never committed."""
+    return Path(out) / "checkpoints" / "grids"
+
+
+class QueueClaim:
+    """This process's published queue, until `release` (the file is removed) or the process's end (the
+    OS drops the lock, and readers then ignore the file a killed grid left behind)."""
+
+    def __init__(self, handle: BinaryIO, path: Path):
+        self._handle, self.path = handle, path
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        self._handle.close()
+
+
+def hold_queue(out: Path, runs: Iterable[tuple[str, str, int]]) -> QueueClaim:
+    """Publish the runs `(env, variant, seed)` this process plans to train, under an exclusive `flock`
+    held until `release`: a live report of another grid on the same folder counts them as still to come."""
+    folder = grid_queue_dir(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=".json", dir=folder)
+    handle = os.fdopen(fd, "r+b")
+    if fcntl is not None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # a new file: nobody else can hold it
+    handle.write(json.dumps([list(run) for run in runs]).encode())
+    handle.flush()
+    return QueueClaim(handle, Path(name))
+
+
+def live_queues(out: Path) -> list[list[tuple[str, str, int]]]:
+    """The runs queued by each grid process alive now on `out` (this one included while it holds its
+    queue). A file whose lock nobody holds is a killed grid's and is ignored; one being written, likewise,
+    until the next look. Without `flock` (Windows) no queue is known to be alive: none is returned."""
+    found: list[list[tuple[str, str, int]]] = []
+    folder = grid_queue_dir(out)
+    if fcntl is None or not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.json")):
+        try:
+            with open(path, "rb") as handle:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    continue  # nobody holds it: the grid that wrote it is gone
+                except BlockingIOError:
+                    pass
+                runs = json.loads(handle.read().decode())
+            found.append([(str(env), str(variant), int(seed)) for env, variant, seed in runs])
+        except (OSError, ValueError, TypeError):
+            continue
+    return found
 
 
 class WriteError(OSError):

@@ -243,11 +243,14 @@ def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
     records.write_csv(records.run_dir(out, "Pendulum-v1", "reference", 1) / "diagnostics.csv", ("env_step", "updates"),
                       [(100, 0), (200, 100)])
     training = records.try_lock_run(out, "Pendulum-v1", "reference", 1)
+    queue = records.hold_queue(out, [("Pendulum-v1", "reference", s) for s in (0, 1, 2, 3)])  # seed 0 is finished
     try:
         assert main(["status", str(out)]) == 0
     finally:
         training.release()
+        queue.release()
     printed = capsys.readouterr().out
+    assert "still to come: 3 runs queued by 1 grid(s) running on this folder" in printed
     assert "1 complete, 1 stopped, 1 training" in printed
     assert f"training: Pendulum-v1 reference seed 1 (pid {os.getpid()}): 200 of 300 env steps recorded" in printed
     assert "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it" in printed  # no diagnostics yet

@@ -62,7 +62,8 @@ class NoReadableRuns(ValueError):
 
 def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFERENCE_NAME,
                    targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
-                   also: Sequence[Path] = (), variants: Sequence[str] | None = None) -> int:
+                   also: Sequence[Path] = (), variants: Sequence[str] | None = None,
+                   pending: int | None = None) -> int:
     """CLI body of `python -m harness report RESULTS [MORE ...] [--variants V,...] --out OUT`: build the
     report and say where it went.
 
@@ -80,7 +81,7 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
             return 2
     try:
         summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms,
-                               also=also, variants=variants)
+                               also=also, variants=variants, pending=pending or None)
     except (NoReadableRuns, stats.DuplicateRun) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -469,6 +469,13 @@ def collect_runs(out: Path) -> list[dict]:
     return rows
 
 
+def still_to_come(out: Path) -> int:
+    """Runs queued by the grids alive now on `out` (`records.live_queues`) and not yet finished: each run
+    counted once, however many grids plan it (the same command started twice)."""
+    queued = {run for queue in records.live_queues(out) for run in queue}
+    return sum(run_state(records.run_dir(out, *run)) is None for run in queued)
+
+
 def recorded_steps(path: Path) -> tuple[int | None, int | None]:
     """(env steps recorded so far, the run's budget) of a run folder: the last diagnostics interval's
     env_step (0 before the first) and config.json's budget; None for what cannot be read."""
