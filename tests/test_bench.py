@@ -73,3 +73,16 @@ def test_the_bound_is_the_fp32_overhead_plus_the_bf16_floor_round_by_round():
     bound = next(line for line in lines if line.startswith("bf16 bound / fp32 update:"))
     # (12 - 9 + 5) / 12 = 0.667 and (10 - 8 + 4) / 10 = 0.6: median 0.63
     assert "0.63 x" in bound and "per round 0.67, 0.60)" in bound
+
+
+def test_the_sb3_end_to_end_leaves_no_temp_folder(tmp_path, monkeypatch):
+    pytest.importorskip("stable_baselines3")
+    import tempfile
+
+    from harness.running.bench import sb3_steps_per_second
+    from variants.spec import VariantSpec
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3's default logger would make SB3-<time>/
+    spec = VariantSpec(learning_starts=50, batch_size=16, hidden_sizes=(8, 8))
+    assert sb3_steps_per_second(spec, 120, "cpu") > 0
+    assert list(tmp_path.glob("SB3-*")) == []

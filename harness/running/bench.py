@@ -231,6 +231,7 @@ def sb3_installed() -> bool:
 def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str = "Pendulum-v1") -> float:
     """Stable-Baselines3 SAC at the same settings (needs the `bench` extra: see `sb3_installed`)."""
     from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import Logger
 
     import gymnasium as gym
 
@@ -240,6 +241,7 @@ def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str
         train_freq=1, gradient_steps=1, ent_coef=f"auto_{spec.initial_alpha}",
         policy_kwargs={"net_arch": list(spec.hidden_sizes)}, seed=0, device=device, verbose=0,
     )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty temp folder per learn()
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     return steps / (time.perf_counter() - start)
