@@ -80,6 +80,10 @@ def _positive_int(name: str):
     return _number(name, int, "a whole number", lambda v: v >= 1, ">= 1")
 
 
+def _nonnegative_float(name: str):
+    return _number(name, float, "a number", lambda v: v >= 0, ">= 0")
+
+
 def _finite_float(name: str):
     return _number(name, float, "a number", math.isfinite, "finite")
 
@@ -216,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="print the runs still to train, in the order they would run, and train none")
     run.add_argument("--no-report", action="store_true", help="do not build a report (neither live nor at the end)")
-    run.add_argument("--report-every", type=float, default=LIVE_EVERY, metavar="SECONDS",
+    run.add_argument("--report-every", type=_nonnegative_float("--report-every"), default=LIVE_EVERY, metavar="SECONDS",
                      help=f"while the grid runs, rebuild reports/<name> after a run finishes, at most this often "
                           f"(default {LIVE_EVERY:.0f}; 0: after every job)")
     run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,

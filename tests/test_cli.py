@@ -35,6 +35,9 @@ def run_cli(*args, cwd=ROOT):
          "learning_starts=1200 is not below the run's 1200 env steps"),
         (["frobnicate"], "invalid choice"),
         (["report", "/nonexistent/results"], "results folder /nonexistent/results does not exist"),
+        (["report", str(ROOT / "results" / "pendulum-20k"), "--out", "/proc/sacbench-report"],
+         "cannot write the report to /proc/sacbench-report: No such file or directory"),
+        (["run", "--variants", "reference", "--report-every", "-5"], "--report-every must be >= 0, got '-5'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, names, capsys):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -79,11 +80,18 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
         if not stats.find_run_folders(folder):
             print(f"error: {folder} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
             return 2
+    problem = _unwritable(out_dir)
+    if problem:
+        print(f"error: cannot write the report to {out_dir}: {problem}", file=sys.stderr)
+        return 2
     try:
         summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms,
                                also=also, variants=variants, pending=pending or None)
     except (NoReadableRuns, stats.DuplicateRun) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder was writable a moment ago: a full disk, say
+        print(f"error: cannot write the report to {out_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -91,6 +99,18 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
     print(f"report: {summary.index_html} ({summary.n_runs} runs: {states or 'none readable'}; "
           f"{len(summary.warnings)} folder(s) skipped)")
     return 0
+
+
+def _unwritable(out_dir: Path) -> str | None:
+    """None when `out_dir` can be created and written, else why not (one line)."""
+    probe = out_dir / f".write-test-{os.getpid()}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        records.atomic_write_bytes(probe, b"ok")
+        probe.unlink()
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
 
 
 def build_report(
