@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed-offset", type=int, default=None,
                        help="first seed (default 0, the baseline's; with --results: all seeds there)")
     check.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps (default: the ci profile's)")
-    check.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+    check.add_argument("--tolerance", type=_nonnegative_float("--tolerance"), default=DEFAULT_TOLERANCE,
                        help=f"allowed drop below the baseline interval, in normalized score (default {DEFAULT_TOLERANCE})")
     check.add_argument("--workers", type=_positive_int("--workers"), default=os.cpu_count() or 1)
     check.add_argument("--out", default="results/check", help="where the check's runs go (default results/check)")

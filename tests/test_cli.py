@@ -38,6 +38,10 @@ def run_cli(*args, cwd=ROOT):
         (["report", str(ROOT / "results" / "pendulum-20k"), "--out", "/proc/sacbench-report"],
          "cannot write the report to /proc/sacbench-report: No such file or directory"),
         (["run", "--variants", "reference", "--report-every", "-5"], "--report-every must be >= 0, got '-5'"),
+        (["check", "--tolerance", "nan"], "--tolerance must be >= 0, got 'nan'"),
+        (["check", "--results", str(ROOT / "results" / "pendulum-20k")],
+         "runs were trained on another budget (diag_every 1000, eval_episodes 10, eval_every 1000, eval_points 20, "
+         "total_steps 20000) than the baseline's (diag_every 500, eval_episodes 5, eval_every 250"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, names, capsys):

@@ -25,7 +25,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -130,6 +130,26 @@ def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
     return dataclasses.replace(check, new=iqm, new_states=_states(new), lost_seeds=lost)
 
 
+def _budgets(configs: Mapping[tuple[str, str, int], dict], variants: Sequence[str] | None = None,
+             seeds: Sequence[int] | None = None) -> set[tuple]:
+    """The distinct budgets (as sorted (key, value) pairs, the profile's name left out) of the check env's
+    runs in `configs` (`stats.RunRecords.configs`): of `variants` and `seeds` where given."""
+    return {tuple(sorted((k, v) for k, v in config.get("budget", {}).items() if k != "profile"))
+            for (env, variant, seed), config in configs.items()
+            if env == CHECK_ENV and (variants is None or variant in variants) and (seeds is None or seed in seeds)}
+
+
+def _require_same_budget(base_configs, new_configs, new_dir: Path, variants: Sequence[str],
+                         seeds: Sequence[int] | None = None) -> None:
+    """Raise ValueError when runs of `new_dir` were trained on another budget than the baseline's: a
+    curve of 20k steps against one of 5k would pass or fail on its length, not on what changed."""
+    base, new = _budgets(base_configs), _budgets(new_configs, variants, seeds)
+    if base and new - base:
+        shown = lambda budgets: " or ".join(", ".join(f"{k} {v}" for k, v in b) for b in sorted(budgets))
+        raise ValueError(f"{new_dir}'s runs were trained on another budget ({shown(new - base)}) than the "
+                         f"baseline's ({shown(base)}); compare runs of the baseline's budget")
+
+
 def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
             reps: int = 2000, seeds: Sequence[int] | None = None) -> CheckOutcome:
     """Compare the runs of `variants` on the check env in `new_dir` against `baseline_dir`.
@@ -140,6 +160,7 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     from . import stats
 
     base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
+    _require_same_budget(base_records.configs, new_records.configs, new_dir, variants, seeds)
     warnings = [*base_records.skipped(), *new_records.skipped()]
     checks: list[MetricCheck] = []
     scored = new_records.scored_runs()
@@ -196,9 +217,11 @@ def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[
     """
     from . import stats
 
-    base_runs = stats.scan_results(baseline_dir).runs
+    base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(results_dir)
+    _require_same_budget(base_records.configs, new_records.configs, results_dir, variants)
+    base_runs = base_records.runs
     baseline_checks = _baseline_checks(base_runs, variants, tolerance, reps, baseline_dir)
-    runs = stats.scan_results(results_dir).scored_runs()
+    runs = new_records.scored_runs()
     runs = runs[runs.env == CHECK_ENV]
     per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
     seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - set(base_runs["seed"]))
