@@ -1,5 +1,6 @@
 """The null and power studies on synthetic run records whose truth is known."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -8,13 +9,15 @@ import pytest
 from harness.judging import calibration, normalization
 from harness.cli import main
 from test_stats import write_run
+from variants.catalog import REFERENCE
 
 ENV = "Pendulum-v1"
 
 
-def make_folder(root: Path, finals) -> Path:
+def make_folder(root: Path, finals, salt: int = 0, **spec_changes) -> Path:
+    spec = dataclasses.replace(REFERENCE, salt=salt, **spec_changes).to_dict()
     for seed, final in enumerate(finals):
-        write_run(root, ENV, "reference", seed, float(final))
+        write_run(root, ENV, "reference", seed, float(final), spec=spec)
     return root
 
 
@@ -25,8 +28,8 @@ def to_return(score):
 
 def test_identical_folders_give_no_spurious_verdict(tmp_path):
     finals = to_return(np.linspace(0.6, 0.95, 8))
-    a = make_folder(tmp_path / "a", finals)
-    study = calibration.null_study(a, a, reports=20, compared=3, seeds=4)
+    a, b = make_folder(tmp_path / "a", finals), make_folder(tmp_path / "b", finals, salt=1)
+    study = calibration.null_study(a, b, reports=20, compared=3, seeds=4)
     assert study.pool == 8 and study.spurious_reports == {"final_return": 0, "auc_return": 0, "either": 0}
 
 
@@ -36,7 +39,7 @@ def test_a_systematic_shift_is_called_in_every_null_report(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.uniform(0.6, 0.9, size=10)
     a = make_folder(tmp_path / "a", to_return(base))
-    b = make_folder(tmp_path / "b", to_return(base - 0.3 + rng.normal(0, 0.01, size=10)))
+    b = make_folder(tmp_path / "b", to_return(base - 0.3 + rng.normal(0, 0.01, size=10)), salt=1)
     study = calibration.null_study(a, b, reports=10, compared=4, seeds=5)
     assert study.spurious_reports["final_return"] == 10
     assert study.comparison_rate("final_return") == 1.0
@@ -89,3 +92,25 @@ def test_shift_must_be_a_finite_number(tmp_path, capsys):
     a = make_folder(tmp_path / "a", to_return(np.linspace(0.5, 0.7, 6)))
     assert main(["power-study", str(a), str(a), "--shift", "nan"]) == 2
     assert "--shift must be finite" in capsys.readouterr().err
+
+
+def test_a_null_study_refuses_folders_that_are_not_one_setup_reseeded(tmp_path, capsys):
+    finals = to_return(np.linspace(0.6, 0.95, 6))
+    a = make_folder(tmp_path / "a", finals)
+    faster = make_folder(tmp_path / "lr", finals, salt=1, lr_actor=1e-3)
+    assert main(["null-study", str(a), str(faster)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "differ in more than the salt" in err and "lr_actor 0.0003 vs 0.001" in err
+    assert main(["null-study", str(a), str(a)]) == 2  # salt 0 twice: the same runs, no noise to measure
+    assert "hold runs of the same salt" in capsys.readouterr().err
+
+
+def test_a_power_study_refuses_an_effect_folder_of_another_budget(tmp_path, capsys):
+    finals = to_return(np.linspace(0.6, 0.95, 6))
+    a = make_folder(tmp_path / "a", finals)
+    b = make_folder(tmp_path / "b", finals, lr_actor=1e-3)  # a spec change is the effect studied: fine
+    assert [row.paired for row in calibration.power_study(a, b, ns=(5,), families=(1,), draws=5)] == [True]
+    config = b / "runs" / ENV / "reference" / "seed_0" / "config.json"
+    config.write_text(config.read_text().replace('"eval_episodes": ', '"eval_episodes": 1'))  # 3 -> 13, say
+    assert main(["power-study", str(a), str(b)]) == 2
+    assert "runs of different budgets: budget.eval_episodes 3 vs 13/3" in capsys.readouterr().err

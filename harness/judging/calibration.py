@@ -32,6 +32,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from variants.spec import VariantSpec
+
 from . import inference, normalization, stats
 
 
@@ -39,11 +41,33 @@ class CalibrationError(ValueError):
     """The folders cannot support the requested study (a usage error)."""
 
 
-def _scored_runs(results_dir: Path, variant: str, env: str) -> pd.DataFrame:
-    """The scored runs (`stats.score_failures`) of `variant` on `env` in `results_dir`, indexed by seed."""
-    runs = stats.scan_results(results_dir).scored_runs()
+def _scored_runs(results_dir: Path, variant: str, env: str) -> tuple[pd.DataFrame, list[dict]]:
+    """The scored runs (`stats.score_failures`) of `variant` on `env` in `results_dir`, indexed by seed,
+    and what each was trained with (`_setup`)."""
+    records = stats.scan_results(results_dir)
+    runs = records.scored_runs()
     runs = runs[(runs["variant"] == variant) & (runs["env"] == env)]
-    return stats.counted_runs(runs).set_index("seed", drop=False)
+    setups = [_setup(config) for (e, v, _), config in records.configs.items() if (e, v) == (env, variant)]
+    return stats.counted_runs(runs).set_index("seed", drop=False), setups
+
+
+def _setup(config: dict) -> dict:
+    """A run's spec (read back through `VariantSpec`, so a field added since takes its default) and
+    budget (its profile's name left out), as one flat dict: what the two folders of a study must share."""
+    try:
+        spec = VariantSpec.from_dict(config.get("spec", {})).to_dict()
+    except (TypeError, ValueError):
+        spec = dict(config.get("spec", {}))
+    budget = {f"budget.{k}": v for k, v in config.get("budget", {}).items() if k != "profile"}
+    return {**spec, **budget}
+
+
+def _differences(a: Sequence[dict], b: Sequence[dict], ignore: Sequence[str] = ()) -> list[str]:
+    """'field A vs B' for each field (not in `ignore`) whose values differ between the runs of two folders."""
+    keys = sorted({k for setup in [*a, *b] for k in setup} - set(ignore))
+    shown = lambda setups, k: "/".join(sorted({repr(s.get(k)) for s in setups}))  # noqa: E731
+    return [f"{k} {shown(a, k)} vs {shown(b, k)}" for k in keys
+            if {repr(s.get(k)) for s in a} != {repr(s.get(k)) for s in b} or len({repr(s.get(k)) for s in a}) > 1]
 
 
 @dataclass(frozen=True)
@@ -74,11 +98,19 @@ class NullStudy:
 def null_study(salt0_dir: Path, salt1_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
                reports: int = 500, compared: int = 8, seeds: int = 5, rng_seed: int = 0) -> NullStudy:
     """Run `reports` null reports (see the module doc) through the report's verdict rule."""
-    a, b = _scored_runs(salt0_dir, variant, env), _scored_runs(salt1_dir, variant, env)
+    (a, a_setups), (b, b_setups) = _scored_runs(salt0_dir, variant, env), _scored_runs(salt1_dir, variant, env)
+    differ = _differences(a_setups, b_setups, ignore=("salt",))
+    if differ:
+        raise CalibrationError(f"{salt0_dir} and {salt1_dir} differ in more than the salt of {variant}: "
+                               f"{'; '.join(differ)} (a null study needs one spec and budget, trained again "
+                               "with another --set salt)")
     pool = sorted(set(a.index) & set(b.index))
     if len(pool) < seeds:
         raise CalibrationError(f"{salt0_dir} and {salt1_dir} share {len(pool)} seeds of {variant} on {env}; "
                                f"a null report needs {seeds}")
+    if {s.get("salt") for s in a_setups} & {s.get("salt") for s in b_setups}:
+        raise CalibrationError(f"{salt0_dir} and {salt1_dir} hold runs of the same salt: the same seeds would be "
+                               "the same runs (train the second with --set salt=1)")
     rng = np.random.default_rng(rng_seed)
     metrics = list(stats.RETURN_METRICS)
     spurious_reports = {m: 0 for m in [*metrics, "either"]}
@@ -133,7 +165,12 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
     `shift` (normalized score) the effect is replaced by exactly that mean difference."""
     if not normalization.can_normalize(env):
         raise CalibrationError(f"{env} has no normalization constants: the study works in normalized score")
-    ref, eff = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
+    (ref, ref_setups), (eff, eff_setups) = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
+    budget = [k for k in {k for s in [*ref_setups, *eff_setups] for k in s} if not k.startswith("budget.")]
+    differ = _differences(ref_setups, eff_setups, ignore=budget)
+    if differ:
+        raise CalibrationError(f"{reference_dir} and {effect_dir} hold {variant} runs of different budgets: "
+                               f"{'; '.join(differ)}")
     score = lambda frame, seeds: normalization.normalized_score(  # noqa: E731
         frame.loc[list(seeds), metric].to_numpy(float), env)
     common = sorted(set(ref.index) & set(eff.index))
