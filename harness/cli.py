@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -78,6 +79,10 @@ def _number(name: str, convert, kind: str, valid, requirement: str):
 
 def _positive_int(name: str):
     return _number(name, int, "a whole number", lambda v: v >= 1, ">= 1")
+
+
+def _positive_float(name: str):
+    return _number(name, float, "a number", lambda v: v > 0, "> 0")
 
 
 def _nonnegative_float(name: str):
@@ -223,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report-every", type=_nonnegative_float("--report-every"), default=LIVE_EVERY, metavar="SECONDS",
                      help=f"while the grid runs, rebuild reports/<name> after a run finishes, at most this often "
                           f"(default {LIVE_EVERY:.0f}; 0: after every job)")
+    run.add_argument("--stop-after", type=_positive_float("--stop-after"), default=None, metavar="MINUTES",
+                     help="start no run that would not finish within MINUTES of the grid's start (expected from "
+                          "this folder's finished runs of the same variant and env, else 15 ms a step); the runs "
+                          "not started stay for a rerun (a cluster's walltime, a session's end)")
     run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,
                      help="episodes per evaluation (default: the profile's)")
     run.add_argument("--tensorboard", action="store_true",
@@ -347,6 +356,8 @@ def cmd_list(variants_file: str | None = None) -> int:
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from .running import ray_backend
 
+    if args.backend == "ray" and args.stop_after is not None:
+        raise UsageError("--stop-after works with the local backend only (a Ray cluster schedules the jobs itself)")
     if args.backend == "ray" and not ray_backend.ray_available():
         raise UsageError(ray_backend.INSTALL_HINT)
     if args.tensorboard:
@@ -416,7 +427,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             live = None if args.no_report else LiveReport(out, _report_dir(out, None), args.report_every, targets,
                                                           randoms, still_to_come=lambda: grid.still_to_come(out))
-            grid.execute(jobs, workers, on_finished=live)
+            deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
+            grid.execute(jobs, workers, on_finished=live, deadline=deadline)
         finally:
             queue.release()
     rows = grid.collect_runs(out)

@@ -267,3 +267,42 @@ def test_a_claim_held_for_an_instant_by_a_probe_is_still_won(tmp_path):
     lock = grid.claim_run(tmp_path, "Pendulum-v1", "reference", 0)
     assert lock is not None
     lock.release()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_stop_after_starts_no_run_that_would_end_past_the_limit(tmp_path, capsys, workers):
+    out = tmp_path / "g"
+    args = grid_args(out, 300, 1, "--workers", "1")
+    args[args.index("reference")] = "naive-tanh"
+    assert main(args) == 0
+    # Say its run took a day: the next seed of naive-tanh is then expected to take as long.
+    status = records.run_dir(out, "Pendulum-v1", "naive-tanh", 0) / "status.json"
+    records.write_json(status, {**records.read_json(status), "wall_s": 86_400.0})
+    capsys.readouterr()
+    args = grid_args(out, 300, 2, "--workers", workers, "--stop-after", "30")
+    args[args.index("reference")] = "reference,naive-tanh"
+    assert grid.job_seconds([]) == []
+    assert main(args) == 0
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "Pendulum-v1 naive-tanh seed 1: not started: its expected 1440 min would end past --stop-after" in text
+    assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
+    assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 1)) == "complete"
+    assert not records.run_dir(out, "Pendulum-v1", "naive-tanh", 1).exists()  # a rerun trains it
+
+
+def test_job_seconds_are_the_median_wall_time_of_finished_runs_else_15_ms_a_step(tmp_path):
+    budget = budget_for("smoke", "Pendulum-v1", 300)
+    for seed, wall in enumerate((100.0, 300.0, 200.0)):
+        records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", seed) / "status.json",
+                           {"state": "complete", "env_steps": 300, "wall_s": wall})
+    records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", 3) / "status.json",
+                       {"state": "failed", "env_steps": 10, "wall_s": 1.0})  # not a full run's time
+    job = lambda variant, seeds: Job(variant, "", CATALOG[variant].spec, {}, "Pendulum-v1", seeds, budget,  # noqa: E731
+                                     str(tmp_path))
+    assert grid.job_seconds([job("reference", (4,)), job("reference", (5, 6)), job("naive-tanh", (0,))]) == [
+        200.0, 400.0, pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP)]
+    assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 1000) == []
+    assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 100) == [
+        "Pendulum-v1 reference seed 4: not started: its expected 3 min would end past --stop-after "
+        "(a rerun of the same command trains it)"]

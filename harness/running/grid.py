@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+import numpy as np
+
 from variants.catalog import CatalogEntry
 
 from .. import records
@@ -233,9 +235,46 @@ def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
             "python -m harness bench times this one), and those runs will take that much longer than the estimate")
 
 
+def job_seconds(jobs: Sequence[Job]) -> list[float]:
+    """Each job's expected wall time: the median wall time of the complete runs of its variant and env
+    already in its results folder (same budget), per seed, or SECONDS_PER_MEMBER_STEP a step where none is."""
+    measured: dict[tuple[str, str, str, int], float] = {}
+    out: list[float] = []
+    for job in jobs:
+        key = (job.out, job.env_id, job.variant, job.budget.total_steps)
+        if key not in measured:
+            walls = [row["wall_s"] for row in _complete_rows(Path(job.out), job.env_id, job.variant)
+                     if row["env_steps"] == job.budget.total_steps and row["wall_s"]]
+            measured[key] = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
+        out.append(measured[key] * len(job.seeds))
+    return out
+
+
+def _complete_rows(out: Path, env_id: str, variant: str) -> list[dict]:
+    rows = []
+    for path in sorted((Path(out) / "runs" / env_id / variant).glob("seed_*")):
+        if run_state(path) == "complete":
+            status = records.read_json(path / "status.json")
+            rows.append({"env_steps": status.get("env_steps"), "wall_s": status.get("wall_s")})
+    return rows
+
+
 def estimate_seconds(jobs: Sequence[Job], workers: int) -> float:
-    member_steps = sum(job.budget.total_steps * len(job.seeds) for job in jobs)
-    return member_steps * SECONDS_PER_MEMBER_STEP / max(1, min(workers, len(jobs) or 1))
+    return sum(job_seconds(jobs)) / max(1, min(workers, len(jobs) or 1))
+
+
+# --- a time limit: start no job that would not finish in time (a cluster's walltime, a session) -----
+
+_deadline: float | None = None  # time.time() by which every started job should have finished
+
+
+def too_late(job: Job, seconds: float, deadline: float | None) -> list[str]:
+    """Nothing when `job` (expected to take `seconds`) can start now and end by `deadline` (time.time());
+    else one line per seed saying it was not started."""
+    if deadline is None or time.time() + seconds <= deadline:
+        return []
+    return [f"{job.env_id} {job.variant} seed {seed}: not started: its expected {seconds / 60:.0f} min would end "
+            "past --stop-after (a rerun of the same command trains it)" for seed in job.seeds]
 
 
 def _tune_worker() -> None:
@@ -263,9 +302,9 @@ def _request_stop(signum, frame) -> None:
     _stop_requested.set()
 
 
-def _worker_init(progress_queue) -> None:
-    global _progress_queue
-    _progress_queue = progress_queue
+def _worker_init(progress_queue, deadline: float | None = None) -> None:
+    global _progress_queue, _deadline
+    _progress_queue, _deadline = progress_queue, deadline
     _tune_worker()
     signal.signal(signal.SIGINT, _request_stop)
 
@@ -278,7 +317,10 @@ def _report_progress(steps: int) -> None:
         _progress_queue.put(steps)
 
 
-def _run_job(job: Job) -> JobOutcome:
+def _run_job(job: Job, seconds: float = 0.0) -> JobOutcome:
+    late = too_late(job, seconds, _deadline)
+    if late:
+        return JobOutcome(job, [], late)
     return train_claimed(job, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
 
 
@@ -356,20 +398,23 @@ def _print_flushed(*args) -> None:
 
 
 def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
-            on_finished: Callable[[int, int], None] | None = None) -> list[dict]:
+            on_finished: Callable[[int, int], None] | None = None, deadline: float | None = None) -> list[dict]:
     """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows.
 
     `on_finished(runs done, runs planned)` is called after each job's runs are recorded (a live report).
+    `deadline` (time.time()): a job whose expected duration (`job_seconds`) would end past it is not
+    started (one line each); started jobs run to their end.
     On Ctrl-C every running job writes a checkpoint and stops; `Interrupted` is then raised here.
     """
     rows: list[dict] = []
     progress = Progress(jobs, log=log, on_finished=on_finished)
+    seconds = job_seconds(jobs)
     interrupted = False
     try:
         if workers <= 1 or len(jobs) <= 1:
-            interrupted = _execute_here(jobs, progress, rows)
+            interrupted = _execute_here(jobs, seconds, deadline, progress, rows)
         else:
-            interrupted = _execute_pool(jobs, workers, progress, rows)
+            interrupted = _execute_pool(jobs, seconds, deadline, workers, progress, rows)
     finally:
         progress.close()
     if interrupted:
@@ -377,12 +422,17 @@ def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
     return rows
 
 
-def _execute_here(jobs: Sequence[Job], progress: Progress, rows: list[dict]) -> bool:
+def _execute_here(jobs: Sequence[Job], seconds: Sequence[float], deadline: float | None, progress: Progress,
+                  rows: list[dict]) -> bool:
     _tune_worker()
     _stop_requested.clear()
     previous = signal.signal(signal.SIGINT, _request_stop)
     try:
-        for job in jobs:
+        for job, expected in zip(jobs, seconds):
+            late = too_late(job, expected, deadline)
+            if late:
+                _record(JobOutcome(job, [], late), progress, rows)
+                continue
             try:
                 outcome = train_claimed(job, progress.steps, _stop_requested.is_set)
             except Interrupted:
@@ -393,17 +443,18 @@ def _execute_here(jobs: Sequence[Job], progress: Progress, rows: list[dict]) -> 
     return False
 
 
-def _execute_pool(jobs: Sequence[Job], workers: int, progress: Progress, rows: list[dict]) -> bool:
+def _execute_pool(jobs: Sequence[Job], seconds: Sequence[float], deadline: float | None, workers: int,
+                  progress: Progress, rows: list[dict]) -> bool:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     interrupted = False
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(queue,)) as pool:
+                             initargs=(queue, deadline)) as pool:
         # Workers start with SIGINT ignored (inherited through spawn) until their initializer installs
         # the checkpoint-and-stop handler: a Ctrl-C while they import torch must not kill them.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            pending = {pool.submit(_run_job, job) for job in jobs}
+            pending = {pool.submit(_run_job, job, expected) for job, expected in zip(jobs, seconds)}
         finally:
             signal.signal(signal.SIGINT, previous)
         while pending:
