@@ -222,7 +222,7 @@ def plot_paired_differences(
     ax.set_yticks(range(len(variants)), [_mpl(v) for v in variants])
     for label, variant in zip(ax.get_yticklabels(), variants):
         label.set_color(colors[variant])
-    ax.invert_yaxis()
+    ax.set_ylim(len(variants) - 0.5, -0.5)  # the first variant on top; half a row around each row's dots
     unit_text = "normalized final return" if units == "normalized" else "final return"
     ax.set_xlabel(_mpl(f"{unit_text}: variant - {reference}, per seed"))
     ax.set_title(_mpl(f"{env}: paired differences from {reference}"))
