@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -102,14 +103,19 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
 
 
 def _unwritable(out_dir: Path) -> str | None:
-    """None when `out_dir` can be created and written, else why not (one line)."""
+    """None when `out_dir` can be created and written, else why not (one line). Leaves no folder it
+    created: a report refused later (bad records) must not leave an empty one behind."""
     probe = out_dir / f".write-test-{os.getpid()}"
+    created = next((p for p in [*reversed(out_dir.parents), out_dir] if not p.exists()), None)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         records.atomic_write_bytes(probe, b"ok")
         probe.unlink()
     except OSError as exc:
         return str(exc.strerror or exc)
+    finally:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
     return None
 
 
