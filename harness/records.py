@@ -8,6 +8,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,6 +137,25 @@ def live_queues(out: Path) -> list[list[tuple[str, str, int]]]:
         except (OSError, ValueError, TypeError):
             continue
     return found
+
+
+def unwritable(folder: Path, keep_created: bool = True) -> str | None:
+    """None when `folder` can be created and written, else why not (one line). With `keep_created`
+    false, the folders the probe created are removed again (a caller that may still refuse its input
+    leaves nothing behind)."""
+    folder = Path(folder)
+    probe = folder / f".write-test-{os.getpid()}"  # one name per process: two grids may share a folder
+    created = next((p for p in [*reversed(folder.parents), folder] if not p.exists()), None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(probe, b"ok")
+        probe.unlink()
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    finally:
+        if created is not None and not keep_created:
+            shutil.rmtree(created, ignore_errors=True)
+    return None
 
 
 class WriteError(OSError):

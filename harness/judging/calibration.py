@@ -58,16 +58,18 @@ def _setup(config: dict) -> dict:
         spec = VariantSpec.from_dict(config.get("spec", {})).to_dict()
     except (TypeError, ValueError):
         spec = dict(config.get("spec", {}))
-    budget = {f"budget.{k}": v for k, v in config.get("budget", {}).items() if k != "profile"}
-    return {**spec, **budget}
+    return {**spec, **{f"budget.{k}": v for k, v in stats.run_budget(config).items()}}
 
 
 def _differences(a: Sequence[dict], b: Sequence[dict], ignore: Sequence[str] = ()) -> list[str]:
-    """'field A vs B' for each field (not in `ignore`) whose values differ between the runs of two folders."""
-    keys = sorted({k for setup in [*a, *b] for k in setup} - set(ignore))
-    shown = lambda setups, k: "/".join(sorted({repr(s.get(k)) for s in setups}))  # noqa: E731
-    return [f"{k} {shown(a, k)} vs {shown(b, k)}" for k in keys
-            if {repr(s.get(k)) for s in a} != {repr(s.get(k)) for s in b} or len({repr(s.get(k)) for s in a}) > 1]
+    """'field A vs B' for each field (not in `ignore`) whose values differ between the runs of two
+    folders, or between the runs of the first folder."""
+    lines = []
+    for key in sorted({k for setup in [*a, *b] for k in setup} - set(ignore)):
+        in_a, in_b = ({repr(setup.get(key)) for setup in setups} for setups in (a, b))
+        if in_a != in_b or len(in_a) > 1:
+            lines.append(f"{key} {'/'.join(sorted(in_a))} vs {'/'.join(sorted(in_b))}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,8 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
     if not normalization.can_normalize(env):
         raise CalibrationError(f"{env} has no normalization constants: the study works in normalized score")
     (ref, ref_setups), (eff, eff_setups) = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
-    budget = [k for k in {k for s in [*ref_setups, *eff_setups] for k in s} if not k.startswith("budget.")]
-    differ = _differences(ref_setups, eff_setups, ignore=budget)
+    spec_fields = {k for setup in [*ref_setups, *eff_setups] for k in setup if not k.startswith("budget.")}
+    differ = _differences(ref_setups, eff_setups, ignore=sorted(spec_fields))  # the spec's change is the effect
     if differ:
         raise CalibrationError(f"{reference_dir} and {effect_dir} hold {variant} runs of different budgets: "
                                f"{'; '.join(differ)}")

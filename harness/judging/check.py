@@ -132,9 +132,11 @@ def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
 
 def _budgets(configs: Mapping[tuple[str, str, int], dict], variants: Sequence[str] | None = None,
              seeds: Sequence[int] | None = None) -> set[tuple]:
-    """The distinct budgets (as sorted (key, value) pairs, the profile's name left out) of the check env's
-    runs in `configs` (`stats.RunRecords.configs`): of `variants` and `seeds` where given."""
-    return {tuple(sorted((k, v) for k, v in config.get("budget", {}).items() if k != "profile"))
+    """The distinct budgets (`stats.run_budget`, as sorted (key, value) pairs) of the check env's runs in
+    `configs` (`stats.RunRecords.configs`): of `variants` and `seeds` where given."""
+    from . import stats
+
+    return {tuple(sorted(stats.run_budget(config).items()))
             for (env, variant, seed), config in configs.items()
             if env == CHECK_ENV and (variants is None or variant in variants) and (seeds is None or seed in seeds)}
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import shutil
 import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -81,7 +79,7 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
         if not stats.find_run_folders(folder):
             print(f"error: {folder} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
             return 2
-    problem = _unwritable(out_dir)
+    problem = records.unwritable(out_dir, keep_created=False)  # a refused report leaves no folder
     if problem:
         print(f"error: cannot write the report to {out_dir}: {problem}", file=sys.stderr)
         return 2
@@ -100,23 +98,6 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
     print(f"report: {summary.index_html} ({summary.n_runs} runs: {states or 'none readable'}; "
           f"{len(summary.warnings)} folder(s) skipped)")
     return 0
-
-
-def _unwritable(out_dir: Path) -> str | None:
-    """None when `out_dir` can be created and written, else why not (one line). Leaves no folder it
-    created: a report refused later (bad records) must not leave an empty one behind."""
-    probe = out_dir / f".write-test-{os.getpid()}"
-    created = next((p for p in [*reversed(out_dir.parents), out_dir] if not p.exists()), None)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        records.atomic_write_bytes(probe, b"ok")
-        probe.unlink()
-    except OSError as exc:
-        return str(exc.strerror or exc)
-    finally:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-    return None
 
 
 def build_report(

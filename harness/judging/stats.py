@@ -341,6 +341,13 @@ def _finite_or_nan(value: object) -> float:
     return math.nan
 
 
+def run_budget(config: Mapping[str, object]) -> dict:
+    """A run's budget from its config.json (steps, evaluation schedule and episodes), without the name
+    of the profile it came from: two runs of equal budgets are comparable whatever profile named them."""
+    budget = config.get("budget") or {}
+    return {k: v for k, v in budget.items() if k != "profile"}
+
+
 def failure_reason(status: Mapping[str, object]) -> str:
     """One line saying why a run did not complete ('' for a complete run)."""
     if status.get("state") == "complete":

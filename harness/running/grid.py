@@ -238,25 +238,15 @@ def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
 def job_seconds(jobs: Sequence[Job]) -> list[float]:
     """Each job's expected wall time: the median wall time of the complete runs of its variant and env
     already in its results folder (same budget), per seed, or SECONDS_PER_MEMBER_STEP a step where none is."""
-    measured: dict[tuple[str, str, str, int], float] = {}
+    finished = {folder: collect_runs(Path(folder)) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
-        key = (job.out, job.env_id, job.variant, job.budget.total_steps)
-        if key not in measured:
-            walls = [row["wall_s"] for row in _complete_rows(Path(job.out), job.env_id, job.variant)
-                     if row["env_steps"] == job.budget.total_steps and row["wall_s"]]
-            measured[key] = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
-        out.append(measured[key] * len(job.seeds))
+        walls = [row["wall_s"] for row in finished[job.out]
+                 if (row["env"], row["variant"], row["state"], row["env_steps"])
+                 == (job.env_id, job.variant, "complete", job.budget.total_steps) and row["wall_s"]]
+        per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
+        out.append(per_seed * len(job.seeds))
     return out
-
-
-def _complete_rows(out: Path, env_id: str, variant: str) -> list[dict]:
-    rows = []
-    for path in sorted((Path(out) / "runs" / env_id / variant).glob("seed_*")):
-        if run_state(path) == "complete":
-            status = records.read_json(path / "status.json")
-            rows.append({"env_steps": status.get("env_steps"), "wall_s": status.get("wall_s")})
-    return rows
 
 
 def estimate_seconds(jobs: Sequence[Job], workers: int) -> float:
@@ -593,12 +583,5 @@ def write_runs_csv(out: Path, rows: Iterable[dict]) -> None:
 
 def check_writable(out: Path) -> str | None:
     """None if `out` can hold results, else a one-line reason."""
-    # One probe name per process: two grids may share a results folder.
-    probe = Path(out) / f".write-test-{os.getpid()}"
-    try:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        records.atomic_write_bytes(probe, b"ok")
-        probe.unlink()
-    except OSError as exc:
-        return f"cannot write to results folder {out}: {exc.strerror or exc}"
-    return None
+    problem = records.unwritable(out)
+    return f"cannot write to results folder {out}: {problem}" if problem else None
