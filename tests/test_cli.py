@@ -92,3 +92,11 @@ def test_run_writes_records_skips_finished_runs_and_refuses_a_changed_config(tmp
 
     strict = run_cli(*args, "--strict")
     assert strict.returncode == 1  # critic-first failed
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    proc = subprocess.run(f"{sys.executable} -m harness run --variants all --envs Pendulum-v1 --seeds 30 --dry-run "
+                          f"--out {ROOT / 'results' / 'pendulum-20k'} | head -1", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.startswith("grid: ") and len(proc.stdout.splitlines()) == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
