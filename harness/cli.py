@@ -19,7 +19,7 @@ from typing import Sequence
 
 from variants.catalog import CATALOG, REFERENCE, CatalogEntry, distinct_variants
 from variants.networks import PRECISIONS
-from variants.spec import VariantSpec, parse_override, with_overrides
+from variants.spec import parse_override, with_overrides
 from variants.userfile import VariantFileError, load_variants_file
 
 from .judging.check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE

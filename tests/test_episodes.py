@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from harness import records
-from harness.judging import episodes, stats
+from harness.judging import episodes, loading
 from test_stats import write_run
 
 # Pendulum-v1's registered time limit is 200 steps.
@@ -27,7 +26,7 @@ def write_results(root: Path) -> None:
 
 def test_episode_windows_on_hand_computed_episodes(tmp_path: Path) -> None:
     write_results(tmp_path)
-    data = stats.scan_results(tmp_path)
+    data = loading.scan_results(tmp_path)
     train = episodes.read_train(data)
     assert len(train) == 6 and set(train["variant"]) == {"reference"}  # the failed run ended no episode
     assert episodes.time_limits(data.configs) == {"Pendulum-v1": 200}
@@ -51,7 +50,7 @@ def test_train_is_read_from_each_runs_own_folder_when_folders_are_read_together(
     write_results(tmp_path / "campaign")
     study = write_run(tmp_path / "study", "Pendulum-v1", "ref-xavier", 0)
     records.write_csv(study / "train.csv", records.TRAIN_COLUMNS, [(200, -800.0, 200)])
-    data = stats.scan_many([tmp_path / "campaign", tmp_path / "study"])
+    data = loading.scan_many([tmp_path / "campaign", tmp_path / "study"])
     assert data.folders[("Pendulum-v1", "ref-xavier", 0)] == study
     train = episodes.read_train(data)
     assert train.groupby("variant")["episode_return"].sum().to_dict() == {"reference": -4100.0, "ref-xavier": -800.0}

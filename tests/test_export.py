@@ -14,7 +14,7 @@ import torch
 
 from harness.cli import main
 from harness.running.envs import env_info
-from harness.running.policy import PolicyModule, load_policy_state, save_final_policy
+from harness.running.policy import PolicyModule, load_policy_state
 from harness.running.profiles import budget_for
 from harness.running.train import Job, train_job
 from variants import REFERENCE
@@ -36,7 +36,6 @@ def test_policy_module_is_the_evaluated_policy():
     sends to the environment (tanh of the mean, affinely onto the bounds)."""
     learner = make_learner(tiny_spec(), seeds=(3, 4, 5))
     low, high = np.array([-2.0, 0.0]), np.array([2.0, 1.0])
-    info = type("Info", (), {"obs_dim": 3, "act_dim": 2, "low": low, "high": high})()
     obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
     for member in range(3):
         state = {"format": "sacbench-policy-1", "weights": [p[member].detach().clone() for p in learner.actor],

@@ -16,7 +16,7 @@ from harness.running import grid
 from harness import records
 from harness.cli import main
 from harness.running.profiles import budget_for
-from harness.running.train import Job, checkpoint_path, train_job
+from harness.running.train import Job, train_job
 from variants import CATALOG
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from torch import nn
 
 from variants.buffer import Batch
 from variants.learner import critic_loss, policy_action, policy_sample, twin_q
-from helpers import ACT, OBS, SCALE, all_params, clone_generator, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
+from helpers import ACT, OBS, all_params, clone_generator, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 
 
 # --- a plain single-network SAC written independently of the learner ------------------------------

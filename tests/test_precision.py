@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from variants import CATALOG, REFERENCE
 from variants.learner import actor_loss, critic_loss
 from variants.networks import _StackedMLP, layer_dtypes, mlp_forward
-from helpers import ACT, OBS, all_params, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
+from helpers import ACT, all_params, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 
 # bfloat16 keeps 8 significant bits: one rounding is off by up to 2^-8 = 0.39%. The losses, targets and
 # log-probs are float32 computations on activations that passed through a bfloat16 layer, so they stay

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.judging import normalization, report, stats
+from harness.judging import loading, normalization, report, stats
 
 from harness import records
 from test_stats import write_cell, write_run
@@ -265,7 +265,7 @@ def test_a_study_in_its_own_folder_is_judged_beside_the_campaigns_reference(tmp_
     assert {v for v, _ in judged} == {"ref-wide", "naive-tanh"}
     final = judged[("ref-wide", "final_return")]
     assert final["verdict"] == stats.WORSE and final["n_pairs"] == "4" and final["family_size"] == "2"
-    paths = dict(zip(*stats.scan_many([study, campaign]).runs[["variant", "path"]].T.values))
+    paths = dict(zip(*loading.scan_many([study, campaign]).runs[["variant", "path"]].T.values))
     assert paths["ref-wide"].startswith(study.as_posix()) and paths["reference"].startswith(campaign.as_posix())
     assert summary.n_runs == 12 and "alpha-loss" not in summary.index_html.read_text()
     # The same report from the campaign's folder alone judges its own three variants.

@@ -1,12 +1,11 @@
-"""Statistics over run records: loading, IQM, intervals, normalization, probability of improvement, verdicts.
+"""Statistics over run records: IQM, intervals, normalization, probability of improvement, verdicts.
 
 Results folders are synthetic: the schema files of results/README.md written directly, no training.
-`write_run` is also used by test_report.py.
+`write_run` is also used by test_loading.py, test_report.py and test_episodes.py.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -16,7 +15,7 @@ import pytest
 import scipy.stats
 from rliable import metrics as rly_metrics
 
-from harness.judging import inference, normalization, stats
+from harness.judging import inference, loading, normalization, stats
 
 from harness import records
 from variants.catalog import CATALOG, REFERENCE
@@ -73,67 +72,6 @@ def write_cell(root: Path, env: str, variant: str, finals: Sequence[float]) -> N
 FINALS = [-400.0, -150.0, -900.0, -320.0, -275.0, -180.0, -610.0, -205.0]  # 8 runs: IQM definitions agree
 
 
-# --- loading -------------------------------------------------------------------------------------
-
-
-def test_load_runs_reads_folders_not_runs_csv(tmp_path: Path) -> None:
-    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS[:3])
-    write_run(tmp_path, "Pendulum-v1", "critic-first", 0, state="failed")
-    (tmp_path / "runs.csv").write_text("garbage that must not be read\n")
-    runs, warnings = stats.load_runs(tmp_path)
-    assert warnings == []
-    assert list(runs.columns[: len(stats.RUN_COLUMNS)]) == list(stats.RUN_COLUMNS)
-    assert len(runs) == 4
-    failed = runs[runs["state"] == "failed"].iloc[0]
-    assert np.isnan(failed["final_return"])
-    assert "failed on purpose" in failed["reason"] and "at step 2000" in failed["reason"]
-    assert runs.loc[runs["state"] == "complete", "reason"].eq("").all()
-    assert runs.loc[runs["seed"] == 1, "final_return"].iloc[0] == FINALS[1]
-
-
-@pytest.mark.parametrize(
-    "damage, message",
-    [
-        (lambda d: (d / "status.json").unlink(), "no status.json"),
-        (lambda d: (d / "status.json").write_text('{"state": "comp'), "status.json is not valid JSON"),
-        (lambda d: (d / "config.json").write_text("[1, 2"), "config.json is not valid JSON"),
-        (lambda d: (d / "eval.csv").write_text("env_step,return_mean,return_std,episodes\n1000,-3"), "eval.csv"),
-        (lambda d: (d / "diagnostics.csv").write_text("env_step,updates\n1000,5\n"), "diagnostics.csv lacks"),
-        (lambda d: (d / "eval.csv").write_bytes(b"\xff\xfe\x00garbage"), "eval.csv"),
-        (lambda d: (d / "status.json").write_text('{"state": "exploded", "env_steps": 1, "wall_s": 1}'), "state"),
-    ],
-)
-def test_corrupt_folder_is_skipped_with_a_warning_naming_it(tmp_path: Path, damage, message: str) -> None:
-    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS[:2])
-    damage(records.run_dir(tmp_path, "Pendulum-v1", "reference", 1))
-    runs, warnings = stats.load_runs(tmp_path)
-    assert runs["seed"].tolist() == [0]
-    assert len(warnings) == 1
-    assert "runs/Pendulum-v1/reference/seed_1" in warnings[0] and message in warnings[0]
-
-
-def test_config_that_disagrees_with_its_folder_is_skipped(tmp_path: Path) -> None:
-    folder = write_run(tmp_path, "Pendulum-v1", "reference", 0)
-    config = json.loads((folder / "config.json").read_text())
-    config["seed"] = 5
-    (folder / "config.json").write_text(json.dumps(config))
-    runs, warnings = stats.load_runs(tmp_path)
-    assert runs.empty and "seed_0" in warnings[0] and "seed" in warnings[0]
-
-
-def test_eval_curves_and_diagnostics_are_loaded_per_run(tmp_path: Path) -> None:
-    write_cell(tmp_path, "Pendulum-v1", "reference", FINALS[:2])
-    write_run(tmp_path, "Pendulum-v1", "naive-tanh", 0, state="diverged")
-    curves = stats.load_eval_curves(tmp_path)
-    assert len(curves) == 2 * EVAL_POINTS + EVAL_POINTS // 2
-    assert {"env", "variant", "seed", "env_step", "return_mean"} <= set(curves.columns)
-    diagnostics = stats.load_diagnostics(tmp_path)
-    means = stats.mean_diagnostics(diagnostics)
-    last = means[(means["variant"] == "naive-tanh")].iloc[-1]
-    assert np.isnan(last["critic_loss"])  # the non-finite value is left out, not averaged in
-    assert means[(means["variant"] == "reference")]["critic_loss"].iloc[0] == pytest.approx(1.5)  # seeds 0, 1
-
-
 # --- IQM, intervals, normalization -----------------------------------------------------------------
 
 
@@ -146,7 +84,7 @@ def test_interquartile_mean_is_scipy_trim_mean(n: int) -> None:
 
 def test_summary_iqm_is_the_trimmed_mean_of_final_returns(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", FINALS)
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     summary = stats.summary_table(runs)
     row = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_iqm")].iloc[0]
     expected = scipy.stats.trim_mean(FINALS, 0.25)
@@ -166,7 +104,7 @@ def test_every_interval_contains_its_estimate(tmp_path: Path) -> None:
         write_cell(tmp_path, env, "reference", centre + 40 * rng.normal(size=8))
         write_cell(tmp_path, env, "naive-tanh", centre - 30 + 60 * rng.normal(size=8))
     write_cell(tmp_path, "LunarLanderContinuous-v3", "policy-first", [100.0, 130.0, 90.0, 110.0])  # ragged grid
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     summary = stats.summary_table(runs)
     assert set(summary["env"]) == {"Pendulum-v1", "LunarLanderContinuous-v3", "all"}
     # 8 metrics per (env, variant) cell with runs, and for all: policy-first, run on one env only, is not
@@ -198,7 +136,7 @@ def test_all_envs_aggregate_uses_normalized_scores(tmp_path: Path) -> None:
     pendulum, lunar = [-200.0, -300.0, -250.0, -150.0], [100.0, 0.0, 50.0]
     write_cell(tmp_path, "Pendulum-v1", "reference", pendulum)
     write_cell(tmp_path, "LunarLanderContinuous-v3", "reference", lunar)
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     summary = stats.summary_table(runs)
     pooled = summary[summary["env"] == "all"].set_index("metric")
     p = (np.array(pendulum) + 1207.555) / (-150.0 + 1207.555)
@@ -213,7 +151,7 @@ def test_all_envs_aggregate_uses_normalized_scores(tmp_path: Path) -> None:
 
 def test_single_seed_gives_a_zero_width_interval(tmp_path: Path) -> None:
     write_run(tmp_path, "Pendulum-v1", "reference", 0, -321.0)
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     summary = stats.summary_table(runs)
     iqm = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_iqm")].iloc[0]
     assert iqm["estimate"] == iqm["ci_low"] == iqm["ci_high"] == -321.0
@@ -249,7 +187,7 @@ def test_verdict_table_per_env_and_overall(tmp_path: Path) -> None:
         write_cell(tmp_path, env, "joint-update", base + offset + 500.0)  # clearly better
     write_run(tmp_path, "Pendulum-v1", "critic-first", 0, state="failed")
     write_run(tmp_path, "Pendulum-v1", "alpha-loss", 0, -250.0)  # one seed: no verdict
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     table = stats.verdict_table(runs, "reference").set_index(["env", "variant"])
     for env in ("Pendulum-v1", "LunarLanderContinuous-v3", "all"):
         assert table.loc[(env, "naive-tanh"), "verdict"] == stats.WORSE
@@ -265,7 +203,7 @@ def test_verdict_table_per_env_and_overall(tmp_path: Path) -> None:
 
 def test_missing_reference_gives_no_reference_verdicts(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "naive-tanh", FINALS[:4])
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     table = stats.verdict_table(runs, "reference")
     assert set(table["verdict"]) == {stats.NO_REFERENCE}
     assert set(table["env"]) == {"Pendulum-v1", "all"}
@@ -276,7 +214,7 @@ def test_missing_reference_gives_no_reference_verdicts(tmp_path: Path) -> None:
 
 def test_bootstrap_is_seeded_and_restores_the_global_generator(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", FINALS)
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     np.random.seed(123)
     before = np.random.get_state()[1].copy()
     first = stats.summary_table(runs)
@@ -290,7 +228,7 @@ def test_three_paired_runs_get_the_hand_computed_t_interval(tmp_path: Path) -> N
     # Per-seed differences 100, 110, 90 (raw returns of an env without constants: no normalization).
     write_cell(tmp_path, "MountainCarContinuous-v0", "reference", [-300.0, -290.0, -280.0])
     write_cell(tmp_path, "MountainCarContinuous-v0", "naive-tanh", [-200.0, -180.0, -190.0])
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     row = stats.verdict_table(runs, "reference").set_index(["env", "variant"]).loc[
         ("MountainCarContinuous-v0", "naive-tanh")]
     # mean 100, sd 10, se 10 / sqrt(3); one comparison, so the 95% interval: t(0.975, 2) = 4.302653.
@@ -307,7 +245,7 @@ def test_pairing_table_gives_scipy_paired_and_welch_half_widths(tmp_path: Path) 
     ref, var = [-300.0, -200.0, -250.0, -100.0], [-200.0, -90.0, -160.0, 20.0]
     write_cell(tmp_path, "MountainCarContinuous-v0", "reference", ref)
     write_cell(tmp_path, "MountainCarContinuous-v0", "naive-tanh", var)
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     table = stats.pairing_table(runs, "reference").set_index("metric")
     row = table.loc["final_return"]
     x, y = np.array(var), np.array(ref)
@@ -325,7 +263,7 @@ def test_pairing_table_gives_scipy_paired_and_welch_half_widths(tmp_path: Path) 
 def test_two_runs_a_side_get_no_verdict(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", [-300.0, -290.0])
     write_cell(tmp_path, "Pendulum-v1", "naive-tanh", [-200.0, -190.0])
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     table = stats.verdict_table(runs, "reference").set_index(["env", "variant"])
     assert table.loc[("Pendulum-v1", "naive-tanh"), "verdict"] == stats.TOO_FEW_RUNS
 
@@ -337,7 +275,7 @@ def test_a_diverged_run_lowers_its_variants_score(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", [-200.0, -210.0, -190.0, -205.0])
     write_cell(tmp_path, "Pendulum-v1", "naive-tanh", [-200.0, -210.0, -190.0])
     write_run(tmp_path, "Pendulum-v1", "naive-tanh", 3, -150.0, state="diverged")  # 2 of 4 evaluations, then NaN
-    data = stats.scan_results(tmp_path)
+    data = loading.scan_results(tmp_path)
     scored = stats.score_failures(data.runs, data.eval_curves, data.configs)
     row = scored[(scored["variant"] == "naive-tanh") & (scored["seed"] == 3)].iloc[0]
     floor = normalization.R_RANDOM["Pendulum-v1"]
@@ -359,7 +297,7 @@ def test_first_reach_steps_and_target_table_on_hand_computed_curves(tmp_path: Pa
     write_run(tmp_path, "Pendulum-v1", "naive-tanh", 0, final_return=-100.0, state="failed")  # -130 at 1000, then fails
     write_run(tmp_path, "Pendulum-v1", "naive-tanh", 1, final_return=-151.0)  # -151 at best: just short
     write_run(tmp_path, "MyEnv-v0", "reference", 0, final_return=1e6)  # no target: no row
-    records = stats.scan_results(tmp_path)
+    records = loading.scan_results(tmp_path)
     first = stats.first_reach_steps(records.eval_curves, records.runs)
     assert list(first.columns) == list(stats.FIRST_REACH_COLUMNS)
     got = {(r.variant, r.seed): r.first_step for r in first.itertuples(index=False)}
@@ -399,7 +337,7 @@ def test_failure_table_tests_failure_rates_exactly(tmp_path: Path) -> None:
     write_cell(tmp_path, "Pendulum-v1", "reference", [-200.0] * 5)
     for seed in range(5):
         write_run(tmp_path, "Pendulum-v1", "critic-first", seed, state="failed")
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     table = stats.failure_table(runs, "reference")
     row = table.iloc[0]
     assert (row["failed"], row["n_runs"], row["reference_failed"], row["n_reference_runs"]) == (5, 5, 0, 5)
@@ -414,7 +352,7 @@ def test_power_table_summarizes_the_verdicts_detectable_differences(tmp_path: Pa
         write_cell(tmp_path, env, "reference", base)
         write_cell(tmp_path, env, "naive-tanh", base + 5 * rng.normal(size=5))
         write_cell(tmp_path, env, "alpha-loss", base + 20 * rng.normal(size=5))
-    runs, _ = stats.load_runs(tmp_path)
+    runs, _ = loading.load_runs(tmp_path)
     verdicts = stats.verdict_table(runs, "reference")
     power = stats.power_table(verdicts).set_index("env")
     assert set(power.index) == {"Pendulum-v1", "LunarLanderContinuous-v3", "all"}  # 'all' pools two envs here

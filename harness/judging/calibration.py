@@ -34,7 +34,7 @@ import pandas as pd
 
 from variants.spec import VariantSpec
 
-from . import inference, normalization, stats
+from . import inference, loading, normalization, stats
 
 
 class CalibrationError(ValueError):
@@ -44,8 +44,8 @@ class CalibrationError(ValueError):
 def _scored_runs(results_dir: Path, variant: str, env: str) -> tuple[pd.DataFrame, list[dict]]:
     """The scored runs (`stats.score_failures`) of `variant` on `env` in `results_dir`, indexed by seed,
     and what each was trained with (`_setup`)."""
-    records = stats.scan_results(results_dir)
-    runs = records.scored_runs()
+    records = loading.scan_results(results_dir)
+    runs = stats.scored_runs(records)
     runs = runs[(runs["variant"] == variant) & (runs["env"] == env)]
     setups = [_setup(config) for (e, v, _), config in records.configs.items() if (e, v) == (env, variant)]
     return stats.counted_runs(runs).set_index("seed", drop=False), setups
@@ -58,7 +58,7 @@ def _setup(config: dict) -> dict:
         spec = VariantSpec.from_dict(config.get("spec", {})).to_dict()
     except (TypeError, ValueError):
         spec = dict(config.get("spec", {}))
-    return {**spec, **{f"budget.{k}": v for k, v in stats.run_budget(config).items()}}
+    return {**spec, **{f"budget.{k}": v for k, v in loading.run_budget(config).items()}}
 
 
 def _differences(a: Sequence[dict], b: Sequence[dict], ignore: Sequence[str] = ()) -> list[str]:

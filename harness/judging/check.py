@@ -25,11 +25,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from .. import records
+
+if TYPE_CHECKING:  # loaded only when a comparison is made (pandas and rliable)
+    from . import stats
 
 DEFAULT_BASELINE = Path("results/baselines/ci")
 DEFAULT_VARIANTS = ("reference", "blog-sac2")
@@ -132,11 +135,11 @@ def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
 
 def _budgets(configs: Mapping[tuple[str, str, int], dict], variants: Sequence[str] | None = None,
              seeds: Sequence[int] | None = None) -> set[tuple]:
-    """The distinct budgets (`stats.run_budget`, as sorted (key, value) pairs) of the check env's runs in
-    `configs` (`stats.RunRecords.configs`): of `variants` and `seeds` where given."""
-    from . import stats
+    """The distinct budgets (`loading.run_budget`, as sorted (key, value) pairs) of the check env's runs in
+    `configs` (`loading.RunRecords.configs`): of `variants` and `seeds` where given."""
+    from . import loading
 
-    return {tuple(sorted(stats.run_budget(config).items()))
+    return {tuple(sorted(loading.run_budget(config).items()))
             for (env, variant, seed), config in configs.items()
             if env == CHECK_ENV and (variants is None or variant in variants) and (seeds is None or seed in seeds)}
 
@@ -159,13 +162,13 @@ def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], toleranc
     seeds: which of `new_dir`'s seeds to compare (default: all of them).
     Raises ValueError (a usage error) when the baseline has no runs of a variant.
     """
-    from . import stats
+    from . import loading, stats
 
-    base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(new_dir)
+    base_records, new_records = loading.scan_results(baseline_dir), loading.scan_results(new_dir)
     _require_same_budget(base_records.configs, new_records.configs, new_dir, variants, seeds)
     warnings = [*base_records.skipped(), *new_records.skipped()]
     checks: list[MetricCheck] = []
-    scored = new_records.scored_runs()
+    scored = stats.scored_runs(new_records)
     for check in _baseline_checks(base_records.runs, variants, tolerance, reps, baseline_dir):
         runs = scored
         new = runs[(runs.variant == check.variant) & (runs.env == CHECK_ENV)]
@@ -217,13 +220,13 @@ def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[
     MAX_SUBSETS subsets are evaluated (a seeded random sample beyond that).
     Raises ValueError when there are fewer than `per_check` such seeds.
     """
-    from . import stats
+    from . import loading, stats
 
-    base_records, new_records = stats.scan_results(baseline_dir), stats.scan_results(results_dir)
+    base_records, new_records = loading.scan_results(baseline_dir), loading.scan_results(results_dir)
     _require_same_budget(base_records.configs, new_records.configs, results_dir, variants)
     base_runs = base_records.runs
     baseline_checks = _baseline_checks(base_runs, variants, tolerance, reps, baseline_dir)
-    runs = new_records.scored_runs()
+    runs = stats.scored_runs(new_records)
     runs = runs[runs.env == CHECK_ENV]
     per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
     seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - set(base_runs["seed"]))

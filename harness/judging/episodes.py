@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import stats
+from . import loading
 from .findings import step_text
 from ..records import TRAIN_COLUMNS
 
@@ -33,7 +33,7 @@ WINDOW_COLUMNS = ("env", "variant", "window_start", "window_end", "n_runs", "epi
                   "length_median", "at_time_limit")
 
 
-def read_train(records: stats.RunRecords) -> pd.DataFrame:
+def read_train(records: loading.RunRecords) -> pd.DataFrame:
     """train.csv of every run in `records`, keyed: env, variant, seed, env_step, episode_return, episode_length.
 
     A run whose train.csv is missing or lacks a column is left out (its other records were readable).
@@ -86,10 +86,10 @@ def episode_windows(train: pd.DataFrame, window: int, limits: Mapping[str, int])
     if window < 1:
         raise ValueError(f"window must be >= 1 env step, got {window}")
     rows: list[tuple] = []
-    for env in stats.env_order(train["env"].tolist()):
+    for env in loading.env_order(train["env"].tolist()):
         here = train[train["env"] == env]
         limit = limits.get(env)
-        for variant in stats.variant_order(here["variant"].tolist()):
+        for variant in loading.variant_order(here["variant"].tolist()):
             mine = here[here["variant"] == variant]
             # An episode ending exactly at k * window belongs to the window before it (it ran in that one).
             index = (mine["env_step"].to_numpy(dtype=np.int64) - 1) // window
@@ -105,7 +105,7 @@ def episode_windows(train: pd.DataFrame, window: int, limits: Mapping[str, int])
 def format_windows(table: pd.DataFrame, limits: Mapping[str, int]) -> str:
     """The table as plain text, one block per environment."""
     out = []
-    for env in stats.env_order(table["env"].tolist()):
+    for env in loading.env_order(table["env"].tolist()):
         here = table[table["env"] == env]
         limit = limits.get(env)
         out.append(f"{env} (time limit: {f'{limit} steps' if limit else 'unknown'})")
@@ -135,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     variants = None if args.variants is None else [v.strip() for v in args.variants.split(",") if v.strip()]
     try:
-        records = stats.scan_many(args.results, variants)
-    except stats.DuplicateRun as exc:
+        records = loading.scan_many(args.results, variants)
+    except loading.DuplicateRun as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     train = read_train(records)

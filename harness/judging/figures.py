@@ -29,7 +29,7 @@ from rliable import plot_utils  # noqa: E402
 
 from variants.catalog import CATALOG  # noqa: E402
 
-from . import normalization, stats  # noqa: E402
+from . import loading, normalization, stats  # noqa: E402
 
 from .. import records
 
@@ -62,7 +62,7 @@ def variant_colors(variants: Sequence[str], reference: str = stats.REFERENCE_NAM
         palette += sns.color_palette("husl", len(catalog) + len(others) - len(palette))
     colors = {name: tuple(palette[i]) for i, name in enumerate([*catalog, *others])}
     colors[reference] = (0.13, 0.13, 0.13)
-    return {v: colors[v] for v in stats.variant_order(variants)}
+    return {v: colors[v] for v in loading.variant_order(variants)}
 
 
 def _mpl(text: str) -> str:
@@ -115,7 +115,7 @@ def draw_figures(
     diagnostics: pd.DataFrame, colors: Mapping[str, Any], reference: str, reps: int,
 ) -> list[FigureFile]:
     figures: list[FigureFile] = []
-    envs = stats.env_order(runs["env"].tolist())
+    envs = loading.env_order(runs["env"].tolist())
     # rc_context restores matplotlib's global style afterwards, whatever seaborn's theme changed.
     with plt.rc_context():
         sns.set_theme(style="whitegrid", context="notebook")
@@ -139,7 +139,7 @@ def plot_learning_curves(out_dir: Path, env: str, curves: pd.DataFrame, colors: 
     if curves.empty:
         return []
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    variants = stats.variant_order(curves["variant"].tolist())
+    variants = loading.variant_order(curves["variant"].tolist())
     for variant in variants:
         cell = curves[curves["variant"] == variant]
         ax.plot(cell["env_step"], cell["iqm"], color=colors[variant], linewidth=2, marker="o", markersize=3)
@@ -166,7 +166,7 @@ def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, 
     pooled = summary[(summary["env"] == stats.ALL_ENVS) & summary["metric"].str.startswith(f"{metric}_")]
     if pooled.empty:
         return []
-    variants = stats.variant_order(pooled["variant"].tolist())
+    variants = loading.variant_order(pooled["variant"].tolist())
     names = [f"{metric}_{a}" for a in stats.AGGREGATES]
     points, intervals = {}, {}
     for variant in variants:
@@ -194,7 +194,7 @@ def plot_paired_differences(
     tested = verdicts[(verdicts["env"] == env) & verdicts["ci_low"].notna()]
     if tested.empty:
         return []
-    variants = stats.variant_order(tested["variant"].tolist())
+    variants = loading.variant_order(tested["variant"].tolist())
     units = tested["units"].iloc[0]
     margin = tested["margin"].iloc[0]
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.5 * len(variants)))
@@ -248,7 +248,7 @@ def plot_performance_profile(
     if not envs:
         return []
     scores: dict[str, np.ndarray] = {}
-    for variant in stats.variant_order(counted["variant"].tolist()):
+    for variant in loading.variant_order(counted["variant"].tolist()):
         mine = counted[counted["variant"] == variant]
         if all((mine["env"] == e).any() for e in envs):
             scores[variant] = stats.score_dict(mine, "final_return", envs, normalize=True)[variant]
@@ -298,7 +298,7 @@ def plot_probability_of_improvement(
     if verdicts.empty:
         return []
     panels = [*envs, stats.ALL_ENVS]
-    variants = stats.variant_order(verdicts["variant"].tolist())
+    variants = loading.variant_order(verdicts["variant"].tolist())
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 0.8 + 0.42 * len(variants)), sharey=True,
                              squeeze=False)
     for ax, env in zip(axes[0], panels):
@@ -342,9 +342,9 @@ def plot_diagnostics(out_dir: Path, env: str, diagnostics: pd.DataFrame, colors:
     """Learner diagnostics over training, mean across seeds per variant (runs of every state)."""
     if diagnostics.empty:
         return []
-    columns = list(stats.PLOTTED_DIAGNOSTICS)
+    columns = list(loading.PLOTTED_DIAGNOSTICS)
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
-    variants = stats.variant_order(diagnostics["variant"].tolist())
+    variants = loading.variant_order(diagnostics["variant"].tolist())
     for ax, column in zip(axes.ravel(), columns):
         for variant in variants:
             cell = diagnostics[diagnostics["variant"] == variant]
@@ -374,8 +374,8 @@ def plot_run_states(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any]
     """Runs per state (complete / diverged / failed), one horizontal stacked bar per variant and env."""
     if runs.empty:
         return []
-    envs = stats.env_order(runs["env"].tolist())
-    variants = stats.variant_order(runs["variant"].tolist())
+    envs = loading.env_order(runs["env"].tolist())
+    variants = loading.variant_order(runs["variant"].tolist())
     counts = runs.groupby(["env", "variant", "state"]).size()
     fig, axes = plt.subplots(1, len(envs), figsize=(3.4 * len(envs) + 1.5, 0.8 + 0.4 * len(variants)),
                              sharey=True, squeeze=False)

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import stats
+from . import loading, stats
 from .. import records
 
 
@@ -85,7 +85,7 @@ def verdict_cell(row: pd.Series | None) -> str:
 
 def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str,
                       targets: pd.DataFrame) -> str:
-    """One Markdown table per environment of `runs` (in `stats.env_order`), rows in `stats.variant_order`.
+    """One Markdown table per environment of `runs` (in `loading.env_order`), rows in `loading.variant_order`.
 
     summary: `stats.summary_table` rows (env, variant, metric, estimate, ci_low, ci_high, n_runs).
     verdicts: `stats.verdict_table` rows of both return metrics.
@@ -106,7 +106,7 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
         out.append("Reached: how many runs had an evaluation (the mean return of its episodes) at or above the "
                    "environment's target return, and the env step of each one's first (median; range); descriptive, "
                    "no verdict.\n")
-    for env in stats.env_order(runs["env"].unique().tolist()):
+    for env in loading.env_order(runs["env"].unique().tolist()):
         here = runs[runs["env"] == env]
         target = targets.loc[targets["env"] == env, "target"]
         reach_header = f"reached {target.iloc[0]:g} (first at)" if len(target) else "reached the target"
@@ -114,7 +114,7 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
                  f"| variant | runs | final return IQM [95% CI] | {reach_header} | vs reference, final return "
                  "| vs reference, auc_return |",
                  "| --- | --- | --- | --- | --- | --- |"]
-        for variant in stats.variant_order(here["variant"].unique().tolist()):
+        for variant in loading.variant_order(here["variant"].unique().tolist()):
             cells = [variant, _runs_cell(runs, env, variant), _iqm_cell(summary, env, variant),
                      _reach_cell(targets, env, variant)]
             for metric in stats.RETURN_METRICS:

@@ -30,7 +30,7 @@ import pandas as pd
 from variants.catalog import CATALOG, REFERENCE
 from variants.spec import VariantSpec, field_doc
 
-from . import inference, normalization, stats
+from . import inference, loading, normalization, stats
 from .findings import reach_text, write_findings
 from .figures import FigureFile, draw_figures, variant_colors
 
@@ -76,7 +76,7 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
         if not folder.is_dir():
             print(f"error: results folder {folder} does not exist", file=sys.stderr)
             return 2
-        if not stats.find_run_folders(folder):
+        if not loading.find_run_folders(folder):
             print(f"error: {folder} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
             return 2
     problem = records.unwritable(out_dir, keep_created=False)  # a refused report leaves no folder
@@ -86,7 +86,7 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
     try:
         summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms,
                                also=also, variants=variants, pending=pending or None)
-    except (NoReadableRuns, stats.DuplicateRun) as exc:
+    except (NoReadableRuns, loading.DuplicateRun) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the folder was writable a moment ago: a full disk, say
@@ -107,7 +107,7 @@ def build_report(
 ) -> ReportSummary:
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
 
-    `also`: more results folders read with it as one (`stats.scan_many`; a study run beside the
+    `also`: more results folders read with it as one (`loading.scan_many`; a study run beside the
     campaign whose reference runs it pairs with). `variants`: judge only these (the reference is always
     kept), so that a study's family holds its own comparisons; None: every variant found.
 
@@ -116,12 +116,12 @@ def build_report(
     An env with neither is reported in raw returns only and left out of the pooled `all` column.
     `pending`: runs of a grid still running (a live report); the page says how many are to come.
     Raises NoReadableRuns, before writing anything, when no run can be read or a named variant has no
-    run folder, and stats.DuplicateRun when two folders record the same run.
+    run folder, and loading.DuplicateRun when two folders record the same run.
     """
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
     sources = [Path(results_dir), *map(Path, also)]
-    data = stats.scan_many(sources, None if variants is None else [reference, *variants])
+    data = loading.scan_many(sources, None if variants is None else [reference, *variants])
     found = set(data.runs["variant"]) | set(data.unfinished_variants())
     missing = [v for v in (variants or ()) if v not in found]
     if missing:
@@ -135,10 +135,10 @@ def build_report(
         return _build_report(data, sources, Path(out_dir), reference, reps, pending)
 
 
-def _build_report(data: stats.RunRecords, sources: Sequence[Path], out_dir: Path, reference: str, reps: int,
+def _build_report(data: loading.RunRecords, sources: Sequence[Path], out_dir: Path, reference: str, reps: int,
                   pending: int | None) -> ReportSummary:
     # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
-    runs = data.scored_runs()
+    runs = stats.scored_runs(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -234,7 +234,7 @@ def render_html(
     """The report page: verdicts, warnings, differences from the reference, summary, runs reaching the
     target, figures, protocol. `sources`: the results folders read (the first names the report)."""
     title = " + ".join(Path(s).name for s in sources)
-    envs = stats.env_order(runs["env"].tolist())
+    envs = loading.env_order(runs["env"].tolist())
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -319,7 +319,7 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
     # Over one environment 'all' is that environment's comparison again: no second column for it.
     panels = [*envs, stats.ALL_ENVS] if len(envs) > 1 else list(envs)
     rows = []
-    for variant in stats.variant_order(verdicts["variant"].tolist()):
+    for variant in loading.variant_order(verdicts["variant"].tolist()):
         cells = [f"<th>{esc(variant)}</th>"]
         for env in panels:
             match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant)]
@@ -392,7 +392,7 @@ def identical_variants(runs: pd.DataFrame) -> list[list[str]]:
     for variant, rows in done.groupby("variant", sort=False):
         key = tuple(sorted(zip(rows["env"], rows["seed"], rows["final_return"], rows["auc_return"])))
         keyed.setdefault(key, []).append(str(variant))
-    return [stats.variant_order(group) for group in keyed.values() if len(group) > 1]
+    return [loading.variant_order(group) for group in keyed.values() if len(group) > 1]
 
 
 def _identical_note(runs: pd.DataFrame) -> str:
@@ -483,7 +483,7 @@ def _differences_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, in
         source = (f"<strong>no <code>{esc(reference)}</code> run in these results</strong>; compared with the catalog's "
                   "reference spec (<code>variants.catalog.REFERENCE</code>)")
     out.append(f"<p>Generated from the <code>spec</code> of each run's config.json; reference: {source}.</p>")
-    variants = [v for v in stats.variant_order(runs["variant"].tolist()) if v != reference]
+    variants = [v for v in loading.variant_order(runs["variant"].tolist()) if v != reference]
     if not variants:
         out.append("<p>No variant other than the reference was run.</p>")
     for variant in variants:
@@ -514,11 +514,11 @@ def _summary_section(summary: pd.DataFrame) -> str:
     iqm = summary[summary["metric"] == "final_return_iqm"]
     if iqm.empty:
         return "<h2>Final return</h2><p>No complete run: nothing to aggregate.</p>\n"
-    envs = [*stats.env_order([e for e in iqm["env"] if e != stats.ALL_ENVS])]
+    envs = [*loading.env_order([e for e in iqm["env"] if e != stats.ALL_ENVS])]
     if (iqm["env"] == stats.ALL_ENVS).any():
         envs.append(stats.ALL_ENVS)
     rows = []
-    for variant in stats.variant_order(iqm["variant"].tolist()):
+    for variant in loading.variant_order(iqm["variant"].tolist()):
         row = [variant]
         for env in envs:
             match = iqm[(iqm["env"] == env) & (iqm["variant"] == variant)]
@@ -621,7 +621,7 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
     out = ["<h2>Protocol</h2>"]
     keyed = [(row, configs[(row.env, row.variant, row.seed)]) for row in runs.itertuples(index=False)]
     budget_rows = []
-    for env in stats.env_order(runs["env"].tolist()):
+    for env in loading.env_order(runs["env"].tolist()):
         mine = [(r, c) for r, c in keyed if r.env == env]
         for budget_text, n in _distinct(c.get("budget") for _, c in mine):
             budget = json.loads(budget_text) if budget_text != "null" else {}
@@ -634,8 +634,8 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
                        "diagnostics every", "seeds", "runs"], budget_rows))
 
     seeds_rows = []
-    for env in stats.env_order(runs["env"].tolist()):
-        for variant in stats.variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
+    for env in loading.env_order(runs["env"].tolist()):
+        for variant in loading.variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
             cell = runs[(runs["env"] == env) & (runs["variant"] == variant)]
             states = ", ".join(f"{int((cell['state'] == s).sum())} {s}" for s in records.STATES if (cell["state"] == s).any())
             seeds_rows.append((env, variant, _seed_text(sorted(cell["seed"].tolist())), states))
@@ -677,7 +677,7 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
     )
     out.append(_table(["env", "R_random", "R_target"],
                       [(e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}")
-                       for e in stats.env_order(runs["env"].tolist()) if normalization.can_normalize(e)]))
+                       for e in loading.env_order(runs["env"].tolist()) if normalization.can_normalize(e)]))
     out.append("<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>")
     return "\n".join(out) + "\n"
 
