@@ -668,8 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Interrupted):
-        print("interrupted: running jobs wrote checkpoints; rerun the same command to resume "
-              "(finished runs are kept)", file=sys.stderr)
+        print("interrupted: rerun the same command to go on (finished runs are kept; the lines above "
+              "say where each stopped run resumes)", file=sys.stderr)
         return 130
     except grid.WorkerCrashed as exc:
         print(f"error: {exc}", file=sys.stderr)

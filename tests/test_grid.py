@@ -306,3 +306,21 @@ def test_job_seconds_are_the_median_wall_time_of_finished_runs_else_15_ms_a_step
     assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 100) == [
         "Pendulum-v1 reference seed 4: not started: its expected 3 min would end past --stop-after "
         "(a rerun of the same command trains it)"]
+
+
+def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatch):
+    job = Job("reference", "", dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32,
+                                                   hidden_sizes=(16, 16)),
+              {}, "Pendulum-v1", (0,), budget_for("smoke", "Pendulum-v1", 300), str(tmp_path))
+    real = grid.train_claimed
+
+    def stopped_midway(job, on_progress, should_stop):
+        calls = iter(range(10_000))
+        return real(job, on_progress, lambda: next(calls) == 120)
+
+    monkeypatch.setattr(grid, "train_claimed", stopped_midway)
+    lines = []
+    with pytest.raises(grid.Interrupted):
+        grid.execute([job], 1, log=lines.append)
+    assert lines == ["interrupted: Pendulum-v1/reference/seeds 0 stopped at env step 120; a rerun resumes it there from its checkpoint"]
+    assert not (records.run_dir(tmp_path, "Pendulum-v1", "reference", 0) / "status.json").exists()

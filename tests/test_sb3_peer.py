@@ -160,7 +160,7 @@ def test_grid_of_reference_and_sb3_writes_the_same_records(tmp_path, capsys):
 @needs_sb3
 def test_a_stopped_run_leaves_no_status_and_its_rerun_starts_over(tmp_path):
     calls = itertools.count()
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupted, match="stopped at env step 150; it restarts from its start on a rerun"):
         run_job(job_for(tmp_path / "a"), should_stop=lambda: next(calls) == 150)
     assert (run_path(tmp_path / "a", 0) / "config.json").exists()
     assert not (run_path(tmp_path / "a", 0) / "status.json").exists()  # unfinished: the grid plans it again

@@ -394,7 +394,8 @@ def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
     `on_finished(runs done, runs planned)` is called after each job's runs are recorded (a live report).
     `deadline` (time.time()): a job whose expected duration (`job_seconds`) would end past it is not
     started (one line each); started jobs run to their end.
-    On Ctrl-C every running job writes a checkpoint and stops; `Interrupted` is then raised here.
+    On Ctrl-C every running job stops (a native job after writing a checkpoint; a Stable-Baselines3
+    job, which keeps none, to restart from its start) and logs where; `Interrupted` is then raised here.
     """
     rows: list[dict] = []
     progress = Progress(jobs, log=log, on_finished=on_finished)
@@ -408,7 +409,7 @@ def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
     finally:
         progress.close()
     if interrupted:
-        raise Interrupted("stopped after checkpointing the running jobs")
+        raise Interrupted("stopped the running jobs")
     return rows
 
 
@@ -425,7 +426,8 @@ def _execute_here(jobs: Sequence[Job], seconds: Sequence[float], deadline: float
                 continue
             try:
                 outcome = train_claimed(job, progress.steps, _stop_requested.is_set)
-            except Interrupted:
+            except Interrupted as exc:
+                progress.log(f"interrupted: {exc}")
                 return True
             _record(outcome, progress, rows)
     finally:
@@ -456,7 +458,8 @@ def _execute_pool(jobs: Sequence[Job], seconds: Sequence[float], deadline: float
                         continue
                     try:
                         outcome = fut.result()
-                    except Interrupted:
+                    except Interrupted as exc:
+                        progress.log(f"interrupted: {exc}")
                         interrupted = True
                         continue
                     except BrokenProcessPool as exc:

@@ -284,7 +284,7 @@ def train_job(
         while step < budget.total_steps:
             if should_stop():
                 save_checkpoint()
-                raise Interrupted(f"{job.key} stopped at env step {step}")
+                raise Interrupted(f"{job.key} stopped at env step {step}; a rerun resumes it there from its checkpoint")
             if step < spec.learning_starts:
                 action = learner.random_actions()
             else:
