@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(default {LIVE_EVERY:.0f}; 0: after every job)")
     run.add_argument("--stop-after", type=_positive_float("--stop-after"), default=None, metavar="MINUTES",
                      help="start no run that would not finish within MINUTES of the grid's start (expected from "
-                          "this folder's finished runs of the same variant and env, else 15 ms a step); the runs "
+                          "this folder's complete runs of the same variant, env and budget, else its failed ones, "
+                          "else 15 ms a step); the runs "
                           "not started stay for a rerun (a cluster's walltime, a session's end)")
     run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,
                      help="episodes per evaluation (default: the profile's)")

@@ -291,17 +291,25 @@ def test_stop_after_starts_no_run_that_would_end_past_the_limit(tmp_path, capsys
     assert not records.run_dir(out, "Pendulum-v1", "naive-tanh", 1).exists()  # a rerun trains it
 
 
-def test_job_seconds_are_the_median_wall_time_of_finished_runs_else_15_ms_a_step(tmp_path):
+def test_job_seconds_are_the_median_wall_time_of_complete_else_failed_runs_else_15_ms_a_step(tmp_path):
     budget = budget_for("smoke", "Pendulum-v1", 300)
     for seed, wall in enumerate((100.0, 300.0, 200.0)):
         records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", seed) / "status.json",
                            {"state": "complete", "env_steps": 300, "wall_s": wall})
     records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", 3) / "status.json",
                        {"state": "failed", "env_steps": 10, "wall_s": 1.0})  # not a full run's time
+    # A variant whose every run failed (critic-first raises at its first update) is expected to fail as
+    # fast, but only from failed runs of the same budget.
+    for variant, seed, wall, total in (("critic-first", 0, 0.5, 300), ("critic-first", 1, 1.5, 300),
+                                       ("critic-first", 2, 9.0, 600), ("naive-tanh", 0, 2.0, 600)):
+        folder = records.run_dir(tmp_path, "Pendulum-v1", variant, seed)
+        records.write_json(folder / "status.json", {"state": "failed", "env_steps": 101, "wall_s": wall})
+        records.write_json(folder / "config.json", {"budget": {"total_steps": total}})
     job = lambda variant, seeds: Job(variant, "", CATALOG[variant].spec, {}, "Pendulum-v1", seeds, budget,  # noqa: E731
                                      str(tmp_path))
-    assert grid.job_seconds([job("reference", (4,)), job("reference", (5, 6)), job("naive-tanh", (0,))]) == [
-        200.0, 400.0, pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP)]
+    assert grid.job_seconds([job("reference", (4,)), job("reference", (5, 6)), job("naive-tanh", (1,)),
+                             job("critic-first", (3, 4))]) == [
+        200.0, 400.0, pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP), 2.0]
     assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 1000) == []
     assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 100) == [
         "Pendulum-v1 reference seed 4: not started: its expected 3 min would end past --stop-after "

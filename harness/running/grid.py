@@ -236,14 +236,20 @@ def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
 
 
 def job_seconds(jobs: Sequence[Job]) -> list[float]:
-    """Each job's expected wall time: the median wall time of the complete runs of its variant and env
-    already in its results folder (same budget), per seed, or SECONDS_PER_MEMBER_STEP a step where none is."""
+    """Each job's expected wall time, per seed: the median wall time of the complete runs of its variant
+    and env already in its results folder (same budget); where there are none, that of its failed runs
+    of the same budget (an exception at a given step, as critic-first's at its first update, recurs on
+    every seed); else SECONDS_PER_MEMBER_STEP a step."""
     finished = {folder: collect_runs(Path(folder)) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
-        walls = [row["wall_s"] for row in finished[job.out]
-                 if (row["env"], row["variant"], row["state"], row["env_steps"])
-                 == (job.env_id, job.variant, "complete", job.budget.total_steps) and row["wall_s"]]
+        mine = [row for row in finished[job.out]
+                if (row["env"], row["variant"]) == (job.env_id, job.variant) and row["wall_s"]]
+        walls = [row["wall_s"] for row in mine
+                 if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps]
+        if not walls:
+            walls = [row["wall_s"] for row in mine if row["state"] == "failed" and recorded_steps(
+                records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"]))[1] == job.budget.total_steps]
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
         out.append(per_seed * len(job.seeds))
     return out
