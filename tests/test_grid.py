@@ -330,5 +330,6 @@ def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatc
     lines = []
     with pytest.raises(grid.Interrupted):
         grid.execute([job], 1, log=lines.append)
-    assert lines == ["interrupted: Pendulum-v1/reference/seeds 0 stopped at env step 120; a rerun resumes it there from its checkpoint"]
+    assert lines == ["interrupted: Pendulum-v1/reference/seeds 0 stopped at env step 120; "
+                     "a rerun resumes it there from its checkpoint"]
     assert not (records.run_dir(tmp_path, "Pendulum-v1", "reference", 0) / "status.json").exists()

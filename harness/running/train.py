@@ -284,7 +284,8 @@ def train_job(
         while step < budget.total_steps:
             if should_stop():
                 save_checkpoint()
-                raise Interrupted(f"{job.key} stopped at env step {step}; a rerun resumes it there from its checkpoint")
+                raise Interrupted(f"{job.key} stopped at env step {step}; a rerun resumes it there "
+                                  "from its checkpoint")
             if step < spec.learning_starts:
                 action = learner.random_actions()
             else:
