@@ -248,8 +248,8 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
         walls = [row["wall_s"] for row in mine
                  if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps]
         if not walls:
-            walls = [row["wall_s"] for row in mine if row["state"] == "failed" and recorded_steps(
-                records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"]))[1] == job.budget.total_steps]
+            walls = [row["wall_s"] for row in mine if row["state"] == "failed" and budget_steps(
+                records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"])) == job.budget.total_steps]
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
         out.append(per_seed * len(job.seeds))
     return out
@@ -526,13 +526,18 @@ def still_to_come(out: Path) -> int:
     return sum(run_state(records.run_dir(out, *run)) is None for run in queued)
 
 
+def budget_steps(path: Path) -> int | None:
+    """A run folder's budget in env steps (config.json's), or None if it cannot be read."""
+    try:
+        return int(records.read_json(path / "config.json")["budget"]["total_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def recorded_steps(path: Path) -> tuple[int | None, int | None]:
     """(env steps recorded so far, the run's budget) of a run folder: the last diagnostics interval's
     env_step (0 before the first) and config.json's budget; None for what cannot be read."""
-    try:
-        total = int(records.read_json(path / "config.json")["budget"]["total_steps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        total = None
+    total = budget_steps(path)
     try:
         lines = (path / "diagnostics.csv").read_text().split()
         done = int(lines[-1].split(",")[0]) if len(lines) > 1 else 0
