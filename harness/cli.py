@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stop-after", type=_positive_float("--stop-after"), default=None, metavar="MINUTES",
                      help="start no run that would not finish within MINUTES of the grid's start (expected from "
                           "this folder's complete runs of the same variant, env and budget, else its failed ones, "
-                          "else 15 ms a step); the runs "
+                          "else 15 ms a step; estimated as each run is about to start); the runs "
                           "not started stay for a rerun (a cluster's walltime, a session's end)")
     run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,
                      help="episodes per evaluation (default: the profile's)")

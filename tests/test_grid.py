@@ -291,6 +291,28 @@ def test_stop_after_starts_no_run_that_would_end_past_the_limit(tmp_path, capsys
     assert not records.run_dir(out, "Pendulum-v1", "naive-tanh", 1).exists()  # a rerun trains it
 
 
+def test_stop_after_estimates_each_run_as_it_starts_from_the_runs_finished_since(tmp_path, capsys, monkeypatch):
+    # Planned at 15 ms a step, seed 0 fits the limit; it then takes a day (its status.json says so), and
+    # seed 1, estimated as it is about to start, no longer fits.
+    out = tmp_path / "g"
+    real = grid.train_claimed
+
+    def a_day_long(job, on_progress, should_stop):
+        outcome = real(job, on_progress, should_stop)
+        for seed in job.seeds:
+            status = records.run_dir(out, job.env_id, job.variant, seed) / "status.json"
+            records.write_json(status, {**records.read_json(status), "wall_s": 86_400.0})
+        return outcome
+
+    monkeypatch.setattr(grid, "train_claimed", a_day_long)
+    assert main(grid_args(out, 300, 2, "--workers", "1", "--stop-after", "30")) == 0
+    printed = capsys.readouterr()
+    assert "Pendulum-v1 reference seed 1: not started: its expected 1440 min would end past --stop-after" in (
+        printed.out + printed.err)
+    assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
+    assert not records.run_dir(out, "Pendulum-v1", "reference", 1).exists()
+
+
 def test_job_seconds_are_the_median_wall_time_of_complete_else_failed_runs_else_15_ms_a_step(tmp_path):
     budget = budget_for("smoke", "Pendulum-v1", 300)
     for seed, wall in enumerate((100.0, 300.0, 200.0)):

@@ -273,6 +273,12 @@ def too_late(job: Job, seconds: float, deadline: float | None) -> list[str]:
             "past --stop-after (a rerun of the same command trains it)" for seed in job.seeds]
 
 
+def late_now(job: Job, deadline: float | None) -> list[str]:
+    """`too_late` for a job about to start, its expected time estimated now rather than when the grid
+    was planned: the runs finished since (this grid's own, another grid's on the same folder) count."""
+    return [] if deadline is None else too_late(job, job_seconds([job])[0], deadline)
+
+
 def _tune_worker() -> None:
     """One torch thread per worker process, and glibc malloc kept from returning memory to the OS
     between updates (page faults per update drop from ~130 to ~1 on the development machine)."""
@@ -313,8 +319,8 @@ def _report_progress(steps: int) -> None:
         _progress_queue.put(steps)
 
 
-def _run_job(job: Job, seconds: float = 0.0) -> JobOutcome:
-    late = too_late(job, seconds, _deadline)
+def _run_job(job: Job) -> JobOutcome:
+    late = late_now(job, _deadline)
     if late:
         return JobOutcome(job, [], late)
     return train_claimed(job, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
@@ -398,20 +404,19 @@ def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
     """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows.
 
     `on_finished(runs done, runs planned)` is called after each job's runs are recorded (a live report).
-    `deadline` (time.time()): a job whose expected duration (`job_seconds`) would end past it is not
-    started (one line each); started jobs run to their end.
+    `deadline` (time.time()): a job whose expected duration (`job_seconds`, estimated as it is about
+    to start) would end past it is not started (one line each); started jobs run to their end.
     On Ctrl-C every running job stops (a native job after writing a checkpoint; a Stable-Baselines3
     job, which keeps none, to restart from its start) and logs where; `Interrupted` is then raised here.
     """
     rows: list[dict] = []
     progress = Progress(jobs, log=log, on_finished=on_finished)
-    seconds = job_seconds(jobs)
     interrupted = False
     try:
         if workers <= 1 or len(jobs) <= 1:
-            interrupted = _execute_here(jobs, seconds, deadline, progress, rows)
+            interrupted = _execute_here(jobs, deadline, progress, rows)
         else:
-            interrupted = _execute_pool(jobs, seconds, deadline, workers, progress, rows)
+            interrupted = _execute_pool(jobs, deadline, workers, progress, rows)
     finally:
         progress.close()
     if interrupted:
@@ -419,14 +424,14 @@ def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
     return rows
 
 
-def _execute_here(jobs: Sequence[Job], seconds: Sequence[float], deadline: float | None, progress: Progress,
+def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progress,
                   rows: list[dict]) -> bool:
     _tune_worker()
     _stop_requested.clear()
     previous = signal.signal(signal.SIGINT, _request_stop)
     try:
-        for job, expected in zip(jobs, seconds):
-            late = too_late(job, expected, deadline)
+        for job in jobs:
+            late = late_now(job, deadline)
             if late:
                 _record(JobOutcome(job, [], late), progress, rows)
                 continue
@@ -441,7 +446,7 @@ def _execute_here(jobs: Sequence[Job], seconds: Sequence[float], deadline: float
     return False
 
 
-def _execute_pool(jobs: Sequence[Job], seconds: Sequence[float], deadline: float | None, workers: int,
+def _execute_pool(jobs: Sequence[Job], deadline: float | None, workers: int,
                   progress: Progress, rows: list[dict]) -> bool:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
@@ -452,7 +457,7 @@ def _execute_pool(jobs: Sequence[Job], seconds: Sequence[float], deadline: float
         # the checkpoint-and-stop handler: a Ctrl-C while they import torch must not kill them.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            pending = {pool.submit(_run_job, job, expected) for job, expected in zip(jobs, seconds)}
+            pending = {pool.submit(_run_job, job) for job in jobs}
         finally:
             signal.signal(signal.SIGINT, previous)
         while pending:
