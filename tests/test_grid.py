@@ -313,6 +313,17 @@ def test_stop_after_estimates_each_run_as_it_starts_from_the_runs_finished_since
     assert not records.run_dir(out, "Pendulum-v1", "reference", 1).exists()
 
 
+def test_job_seconds_count_a_batched_runs_wall_time_once_over_its_members(tmp_path):
+    # Each member of a 4-member job records the job's 400 s; a seed alone took 120 s.
+    budget = budget_for("smoke", "Pendulum-v1", 300)
+    for seed, wall, members in ((0, 400.0, 4), (1, 400.0, 4), (2, 400.0, 4), (3, 400.0, 4), (4, 120.0, 1)):
+        folder = records.run_dir(tmp_path, "Pendulum-v1", "reference", seed)
+        records.write_json(folder / "status.json", {"state": "complete", "env_steps": 300, "wall_s": wall})
+        records.write_json(folder / "config.json", {"members": members, "budget": {"total_steps": 300}})
+    job = Job("reference", "", CATALOG["reference"].spec, {}, "Pendulum-v1", (5, 6), budget, str(tmp_path))
+    assert grid.job_seconds([job]) == [200.0]  # median of 100, 100, 100, 100, 120 s a seed, times 2 seeds
+
+
 def test_job_seconds_are_the_median_wall_time_of_complete_else_failed_runs_else_15_ms_a_step(tmp_path):
     budget = budget_for("smoke", "Pendulum-v1", 300)
     for seed, wall in enumerate((100.0, 300.0, 200.0)):

@@ -239,17 +239,19 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     """Each job's expected wall time, per seed: the median wall time of the complete runs of its variant
     and env already in its results folder (same budget); where there are none, that of its failed runs
     of the same budget (an exception at a given step, as critic-first's at its first update, recurs on
-    every seed); else SECONDS_PER_MEMBER_STEP a step."""
+    every seed); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
+    job's wall time, so it counts as that time / m a seed."""
     finished = {folder: collect_runs(Path(folder)) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
         mine = [row for row in finished[job.out]
                 if (row["env"], row["variant"]) == (job.env_id, job.variant) and row["wall_s"]]
-        walls = [row["wall_s"] for row in mine
+        folder = lambda row: records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"])  # noqa: E731
+        walls = [row["wall_s"] / recorded_members(folder(row)) for row in mine
                  if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps]
         if not walls:
-            walls = [row["wall_s"] for row in mine if row["state"] == "failed" and budget_steps(
-                records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"])) == job.budget.total_steps]
+            walls = [row["wall_s"] / recorded_members(folder(row)) for row in mine
+                     if row["state"] == "failed" and budget_steps(folder(row)) == job.budget.total_steps]
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
         out.append(per_seed * len(job.seeds))
     return out
@@ -537,6 +539,14 @@ def budget_steps(path: Path) -> int | None:
         return int(records.read_json(path / "config.json")["budget"]["total_steps"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def recorded_members(path: Path) -> int:
+    """How many seeds a run folder's job trained together (config.json's `members`); 1 if unreadable."""
+    try:
+        return max(1, int(records.read_json(path / "config.json")["members"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
 
 
 def recorded_steps(path: Path) -> tuple[int | None, int | None]:
