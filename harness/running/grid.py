@@ -244,14 +244,14 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     finished = {folder: collect_runs(Path(folder)) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
-        mine = [row for row in finished[job.out]
+        mine = [(row, records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"]))
+                for row in finished[job.out]
                 if (row["env"], row["variant"]) == (job.env_id, job.variant) and row["wall_s"]]
-        folder = lambda row: records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"])  # noqa: E731
-        walls = [row["wall_s"] / recorded_members(folder(row)) for row in mine
+        walls = [row["wall_s"] / recorded_members(path) for row, path in mine
                  if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps]
         if not walls:
-            walls = [row["wall_s"] / recorded_members(folder(row)) for row in mine
-                     if row["state"] == "failed" and budget_steps(folder(row)) == job.budget.total_steps]
+            walls = [row["wall_s"] / recorded_members(path) for row, path in mine
+                     if row["state"] == "failed" and budget_steps(path) == job.budget.total_steps]
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
         out.append(per_seed * len(job.seeds))
     return out
@@ -533,20 +533,25 @@ def still_to_come(out: Path) -> int:
     return sum(run_state(records.run_dir(out, *run)) is None for run in queued)
 
 
-def budget_steps(path: Path) -> int | None:
-    """A run folder's budget in env steps (config.json's), or None if it cannot be read."""
+def _config_int(path: Path, *keys: str) -> int | None:
+    """The integer at `keys` in a run folder's config.json, or None if it cannot be read."""
     try:
-        return int(records.read_json(path / "config.json")["budget"]["total_steps"])
+        value = records.read_json(path / "config.json")
+        for key in keys:
+            value = value[key]
+        return int(value)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
+def budget_steps(path: Path) -> int | None:
+    """A run folder's budget in env steps (config.json's), or None if it cannot be read."""
+    return _config_int(path, "budget", "total_steps")
+
+
 def recorded_members(path: Path) -> int:
     """How many seeds a run folder's job trained together (config.json's `members`); 1 if unreadable."""
-    try:
-        return max(1, int(records.read_json(path / "config.json")["members"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return 1
+    return max(1, _config_int(path, "members") or 1)
 
 
 def recorded_steps(path: Path) -> tuple[int | None, int | None]:
