@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.judging import loading, normalization, report, stats
+from harness.judging import figures, loading, normalization, report, stats
 
 from harness import records
 from test_stats import write_cell, write_run
@@ -347,3 +347,12 @@ def test_a_report_with_no_comparison_yet_says_so(tmp_path: Path) -> None:
     assert "No verdict yet" in findings and "family of 0" not in findings
     assert (f"| naive-tanh | 1 | {FINALS[0]:.1f} [{FINALS[0]:.1f}, {FINALS[0]:.1f}] | 0/1 | {stats.TOO_FEW_RUNS} | "
             f"{stats.TOO_FEW_RUNS} |") in findings
+
+
+def test_aggregate_rows_carry_their_run_counts() -> None:
+    pooled = pd.DataFrame({
+        "variant": ["reference", "reference", "ref-scale-10", "ref-scale-10"],
+        "metric": ["final_return_iqm", "final_return_mean"] * 2,
+        "n_runs": [5, 5, 2, 2],
+    })
+    assert figures.aggregate_row_labels(pooled) == {"reference": "reference (n 5)", "ref-scale-10": "ref-scale-10 (n 2)"}

@@ -167,23 +167,36 @@ def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, 
     if pooled.empty:
         return []
     variants = loading.variant_order(pooled["variant"].tolist())
+    row_labels = {v: _mpl(label) for v, label in aggregate_row_labels(pooled).items()}
     names = [f"{metric}_{a}" for a in stats.AGGREGATES]
     points, intervals = {}, {}
     for variant in variants:
         rows = pooled[pooled["variant"] == variant].set_index("metric").reindex(names)
-        points[_mpl(variant)] = rows["estimate"].to_numpy(dtype=np.float64)
-        intervals[_mpl(variant)] = rows[["ci_low", "ci_high"]].to_numpy(dtype=np.float64).T
+        points[row_labels[variant]] = rows["estimate"].to_numpy(dtype=np.float64)
+        intervals[row_labels[variant]] = rows[["ci_low", "ci_high"]].to_numpy(dtype=np.float64).T
     labels = ["IQM", "Mean", "Median", "Optimality gap\n(lower is better)"]
     fig, _ = plot_utils.plot_interval_estimates(
-        points, intervals, metric_names=labels, algorithms=[_mpl(v) for v in variants],
-        colors={_mpl(v): colors[v] for v in variants}, xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
+        points, intervals, metric_names=labels, algorithms=[row_labels[v] for v in variants],
+        colors={row_labels[v]: colors[v] for v in variants}, xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
         row_height=max(0.45, 2.4 / len(variants)), subfigure_width=3.6, max_ticks=3, xlabel_y_coordinate=-0.25 / max(1, len(variants) ** 0.5),
     )
     filename = f"aggregate_{metric}.png"
     _save(fig, out_dir, filename)
     return [FigureFile(filename, "Aggregate estimates", f"Aggregates over environments: {metric}",
                        f"{metric} normalized per environment, pooled over the environments each variant has complete "
-                       "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate.")]
+                       "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate; "
+                       "n: runs per variant (with few runs a bootstrap interval spans little more than their own values).")]
+
+
+def aggregate_row_labels(pooled: pd.DataFrame) -> dict[str, str]:
+    """Each variant's row label in the aggregate figure: its name and run count, as the summary table writes it.
+
+    `pooled`: summary rows (columns variant, n_runs), any number per variant. The count is on the figure
+    because a bootstrap interval over two runs spans only their values and would otherwise look as sure
+    as one over ten.
+    """
+    counts = pooled.groupby("variant", sort=False)["n_runs"].max()
+    return {str(variant): f"{variant} (n {int(n)})" for variant, n in counts.items()}
 
 
 def plot_paired_differences(
