@@ -356,3 +356,22 @@ def test_aggregate_rows_carry_their_run_counts() -> None:
         "n_runs": [5, 5, 2, 2],
     })
     assert figures.aggregate_row_labels(pooled) == {"reference": "reference (n 5)", "ref-scale-10": "ref-scale-10 (n 2)"}
+
+
+@pytest.mark.parametrize("n_variants", [1, 2, 5, 10])
+def test_aggregate_axis_label_clears_the_tick_labels(n_variants: int) -> None:
+    names = [f"variant-{i}" for i in range(n_variants)]
+    summary = pd.DataFrame([
+        {"env": stats.ALL_ENVS, "variant": name, "metric": f"final_return_{aggregate}", "n_runs": 5,
+         "estimate": 0.5, "ci_low": 0.25, "ci_high": 0.75}
+        for name in names for aggregate in stats.AGGREGATES
+    ])
+    fig = figures.aggregate_intervals_figure(summary, "final_return", {name: "black" for name in names})
+    assert fig is not None
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    label = next(t for t in fig.texts if t.get_text().startswith("normalized final_return"))
+    label_top = label.get_window_extent(renderer).y1
+    tick_bottom = min(t.get_window_extent(renderer).y0 for ax in fig.axes for t in ax.get_xticklabels() if t.get_text())
+    figures.plt.close(fig)
+    assert label_top < tick_bottom

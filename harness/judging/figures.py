@@ -163,9 +163,27 @@ def plot_learning_curves(out_dir: Path, env: str, curves: pd.DataFrame, colors: 
 
 def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, colors: Mapping[str, Any]) -> list[FigureFile]:
     """rliable's interval-estimate plot of the env='all' aggregates of `metric` (normalized scores)."""
+    fig = aggregate_intervals_figure(summary, metric, colors)
+    if fig is None:
+        return []
+    filename = f"aggregate_{metric}.png"
+    _save(fig, out_dir, filename)
+    return [FigureFile(filename, "Aggregate estimates", f"Aggregates over environments: {metric}",
+                       f"{metric} normalized per environment, pooled over the environments each variant has complete "
+                       "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate; "
+                       "n: runs per variant (with few runs a bootstrap interval spans little more than their own values).")]
+
+
+# rliable places the x label at a figure fraction, but the tick labels above it have a fixed height in
+# inches; the label goes this far (inches) below the axes so it clears them whatever the row count.
+_AGGREGATE_XLABEL_DROP_IN = 0.7
+
+
+def aggregate_intervals_figure(summary: pd.DataFrame, metric: str, colors: Mapping[str, Any]) -> Figure | None:
+    """The aggregate interval figure of `metric`, unsaved; None when the summary has no env='all' rows for it."""
     pooled = summary[(summary["env"] == stats.ALL_ENVS) & summary["metric"].str.startswith(f"{metric}_")]
     if pooled.empty:
-        return []
+        return None
     variants = loading.variant_order(pooled["variant"].tolist())
     row_labels = {v: _mpl(label) for v, label in aggregate_row_labels(pooled).items()}
     names = [f"{metric}_{a}" for a in stats.AGGREGATES]
@@ -175,17 +193,16 @@ def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, 
         points[row_labels[variant]] = rows["estimate"].to_numpy(dtype=np.float64)
         intervals[row_labels[variant]] = rows[["ci_low", "ci_high"]].to_numpy(dtype=np.float64).T
     labels = ["IQM", "Mean", "Median", "Optimality gap\n(lower is better)"]
+    row_height = max(0.45, 2.4 / len(variants))
+    height_in = row_height * len(variants)
+    axes_bottom = plt.rcParams["figure.subplot.bottom"]
     fig, _ = plot_utils.plot_interval_estimates(
         points, intervals, metric_names=labels, algorithms=[row_labels[v] for v in variants],
         colors={row_labels[v]: colors[v] for v in variants}, xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
-        row_height=max(0.45, 2.4 / len(variants)), subfigure_width=3.6, max_ticks=3, xlabel_y_coordinate=-0.25 / max(1, len(variants) ** 0.5),
+        row_height=row_height, subfigure_width=3.6, max_ticks=3,
+        xlabel_y_coordinate=axes_bottom - _AGGREGATE_XLABEL_DROP_IN / height_in,
     )
-    filename = f"aggregate_{metric}.png"
-    _save(fig, out_dir, filename)
-    return [FigureFile(filename, "Aggregate estimates", f"Aggregates over environments: {metric}",
-                       f"{metric} normalized per environment, pooled over the environments each variant has complete "
-                       "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate; "
-                       "n: runs per variant (with few runs a bootstrap interval spans little more than their own values).")]
+    return fig
 
 
 def aggregate_row_labels(pooled: pd.DataFrame) -> dict[str, str]:
