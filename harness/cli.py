@@ -309,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "as one (a study beside the campaign whose reference runs it pairs with)")
     report.add_argument("--variants", default=None, type=_variant_names,
                         help="comma-separated variants to judge against the reference (default: every one found)")
+    report.add_argument("--reference", default=None, metavar="VARIANT",
+                        help="the variant every other is judged against (default: reference); it must have runs "
+                        "in the results, e.g. one study variant against another")
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
     _add_reference_returns(report)
 
@@ -584,17 +587,19 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None,
-               also: Sequence[Path] = (), variants: Sequence[str] | None = None, pending: int | None = None) -> int:
+               also: Sequence[Path] = (), variants: Sequence[str] | None = None, pending: int | None = None,
+               reference: str | None = None) -> int:
     """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones;
     `also`: more results folders read with `results`; `variants`: only these beside the reference;
-    `pending`: runs that grids still running on `results` have yet to finish (the page says so)."""
+    `pending`: runs that grids still running on `results` have yet to finish (the page says so);
+    `reference`: the variant judged against, which must then have runs (None: `reference`, if it ran)."""
     try:
         from .judging.report import report_command
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
-    return report_command(Path(results), _report_dir(results, out), targets=targets, randoms=randoms,
-                          also=also, variants=variants, pending=pending)
+    return report_command(Path(results), _report_dir(results, out), reference=reference, targets=targets,
+                          randoms=randoms, also=also, variants=variants, pending=pending)
 
 
 def _report_dir(results: Path, out: Path | None) -> Path:
@@ -660,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_calibration(args)
         if args.command == "report":
             return cmd_report(Path(args.results[0]), Path(args.out) if args.out else None, *reference_returns(args),
-                              also=[Path(r) for r in args.results[1:]], variants=args.variants)
+                              also=[Path(r) for r in args.results[1:]], variants=args.variants, reference=args.reference)
         if args.command == "export":
             return cmd_export(args)
         if args.command == "status":

@@ -17,7 +17,7 @@ import pytest
 
 from harness.judging import figures, loading, normalization, report, stats
 
-from harness import records
+from harness import cli, records
 from test_stats import write_cell, write_run
 from variants.catalog import REFERENCE
 
@@ -272,6 +272,32 @@ def test_a_study_in_its_own_folder_is_judged_beside_the_campaigns_reference(tmp_
     alone = [r for r in read_rows(report.build_report(campaign, tmp_path / "alone").out_dir / "verdicts.csv")
              if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"]
     assert sorted(r["variant"] for r in alone) == ["alpha-loss", "naive-tanh"] and alone[0]["family_size"] == "2"
+
+
+
+def test_report_judges_against_a_named_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `report --reference V`: one study variant against another; `reference` itself becomes a judged row.
+    campaign, study = tmp_path / "campaign", tmp_path / "study"
+    write_cell(campaign, "Pendulum-v1", "reference", FINALS[:4])
+    write_cell(campaign, "Pendulum-v1", "naive-tanh", FINALS[:4] - 500.0)
+    write_cell(study, "Pendulum-v1", "ref-wide", FINALS[:4] - 300.0)
+    out = tmp_path / "out"
+    assert cli.main(["report", str(study), str(campaign), "--variants", "ref-wide,reference",
+                     "--reference", "naive-tanh", "--out", str(out)]) == 0
+    rows = {r["variant"]: r for r in read_rows(out / "verdicts.csv")
+            if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"}
+    assert set(rows) == {"ref-wide", "reference"} and {r["reference"] for r in rows.values()} == {"naive-tanh"}
+    # Every seed of ref-wide is 200 above naive-tanh's, of reference 500 above: the paired differences.
+    per_200 = float(normalization.normalized_score(200.0, "Pendulum-v1") - normalization.normalized_score(0.0, "Pendulum-v1"))
+    assert float(rows["ref-wide"]["difference"]) == pytest.approx(per_200)
+    assert float(rows["reference"]["difference"]) == pytest.approx(2.5 * per_200)
+    assert rows["ref-wide"]["verdict"] == rows["reference"]["verdict"] == stats.BETTER
+    assert "Verdicts: each variant vs <code>naive-tanh</code>" in (out / "index.html").read_text()
+    capsys.readouterr()
+    # A named reference with no runs is refused before anything is written.
+    assert cli.main(["report", str(study), "--reference", "ref-typo", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no run of ref-typo" in err and not (tmp_path / "none").exists()
 
 
 def test_a_run_recorded_in_two_folders_or_a_variant_with_no_runs_exits_2(tmp_path: Path,

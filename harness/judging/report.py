@@ -60,16 +60,18 @@ class NoReadableRuns(ValueError):
 # --- entry points --------------------------------------------------------------------------------
 
 
-def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFERENCE_NAME,
+def report_command(results_dir: Path, out_dir: Path, reference: str | None = None,
                    targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
                    also: Sequence[Path] = (), variants: Sequence[str] | None = None,
                    pending: int | None = None) -> int:
     """CLI body of `python -m harness report RESULTS [MORE ...] [--variants V,...] --out OUT`: build the
     report and say where it went.
 
+    `reference`: the variant the others are judged against, required to have runs; None: the catalog's
+    `reference`, judged against if it ran (a grid without it gets "no reference" verdicts).
     Returns 0 on success, 2 (after one line on stderr, no traceback) when a results folder does not
-    exist or holds no run folders, when none of their runs (of `variants`) is readable, or when two
-    folders record the same run.
+    exist or holds no run folders, when none of their runs (of `variants`) is readable, when a named
+    reference has none, or when two folders record the same run.
     """
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     for folder in (results_dir, *map(Path, also)):
@@ -84,8 +86,9 @@ def report_command(results_dir: Path, out_dir: Path, reference: str = stats.REFE
         print(f"error: cannot write the report to {out_dir}: {problem}", file=sys.stderr)
         return 2
     try:
-        summary = build_report(results_dir, out_dir, reference=reference, targets=targets, randoms=randoms,
-                               also=also, variants=variants, pending=pending or None)
+        summary = build_report(results_dir, out_dir, reference=reference or stats.REFERENCE_NAME, targets=targets,
+                               randoms=randoms, also=also, variants=variants, pending=pending or None,
+                               reference_required=reference is not None)
     except (NoReadableRuns, loading.DuplicateRun) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -104,6 +107,7 @@ def build_report(
     results_dir: Path, out_dir: Path, reference: str = stats.REFERENCE_NAME, reps: int = stats.DEFAULT_REPS,
     targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
     pending: int | None = None, also: Sequence[Path] = (), variants: Sequence[str] | None = None,
+    reference_required: bool = False,
 ) -> ReportSummary:
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
 
@@ -115,15 +119,15 @@ def build_report(
     --random`), else those the runs recorded (`run --target --random`), else harness.judging.normalization's table.
     An env with neither is reported in raw returns only and left out of the pooled `all` column.
     `pending`: runs of a grid still running (a live report); the page says how many are to come.
-    Raises NoReadableRuns, before writing anything, when no run can be read or a named variant has no
-    run folder, and loading.DuplicateRun when two folders record the same run.
+    Raises NoReadableRuns, before writing anything, when no run can be read or a named variant (or the
+    reference, if `reference_required`) has no run folder, and loading.DuplicateRun when two folders record the same run.
     """
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
     sources = [Path(results_dir), *map(Path, also)]
     data = loading.scan_many(sources, None if variants is None else [reference, *variants])
     found = set(data.runs["variant"]) | set(data.unfinished_variants())
-    missing = [v for v in (variants or ()) if v not in found]
+    missing = [v for v in [*([reference] if reference_required else []), *(variants or ())] if v not in found]
     if missing:
         raise NoReadableRuns(f"no run of {', '.join(missing)} in {', '.join(map(str, sources))}")
     if data.runs.empty:
@@ -710,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.judging.report", description="Build the report of a results folder.")
     parser.add_argument("results", type=Path, help="results folder (results/NAME)")
     parser.add_argument("--out", type=Path, required=True, help="report folder (reports/NAME)")
-    parser.add_argument("--reference", default=stats.REFERENCE_NAME, help="variant the others are compared with")
+    parser.add_argument("--reference", default=None, help="variant the others are compared with (default: reference)")
     args = parser.parse_args(argv)
     return report_command(args.results, args.out, args.reference)
 
