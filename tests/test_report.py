@@ -293,6 +293,7 @@ def test_report_judges_against_a_named_reference(tmp_path: Path, capsys: pytest.
     assert float(rows["reference"]["difference"]) == pytest.approx(2.5 * per_200)
     assert rows["ref-wide"]["verdict"] == rows["reference"]["verdict"] == stats.BETTER
     assert "Verdicts: each variant vs <code>naive-tanh</code>" in (out / "index.html").read_text()
+    assert "| vs naive-tanh, final return | vs naive-tanh, auc_return |" in (out / "findings.md").read_text()
     capsys.readouterr()
     # A named reference with no runs is refused before anything is written.
     assert cli.main(["report", str(study), "--reference", "ref-typo", "--out", str(tmp_path / "none")]) == 2

@@ -111,8 +111,8 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
         target = targets.loc[targets["env"] == env, "target"]
         reach_header = f"reached {target.iloc[0]:g} (first at)" if len(target) else "reached the target"
         lines = [f"### {env}", "",
-                 f"| variant | runs | final return IQM [95% CI] | {reach_header} | vs reference, final return "
-                 "| vs reference, auc_return |",
+                 f"| variant | runs | final return IQM [95% CI] | {reach_header} | vs {reference}, final return "
+                 f"| vs {reference}, auc_return |",
                  "| --- | --- | --- | --- | --- | --- |"]
         for variant in loading.variant_order(here["variant"].unique().tolist()):
             cells = [variant, _runs_cell(runs, env, variant), _iqm_cell(summary, env, variant),
