@@ -274,7 +274,6 @@ def test_a_study_in_its_own_folder_is_judged_beside_the_campaigns_reference(tmp_
     assert sorted(r["variant"] for r in alone) == ["alpha-loss", "naive-tanh"] and alone[0]["family_size"] == "2"
 
 
-
 def test_report_judges_against_a_named_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # `report --reference V`: one study variant against another; `reference` itself becomes a judged row.
     campaign, study = tmp_path / "campaign", tmp_path / "study"
