@@ -25,7 +25,7 @@ from variants.userfile import VariantFileError, load_variants_file
 from .judging.check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
 from .judging.check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
 from .running.envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
-from .judging import normalization
+from .judging import loading, normalization
 from .running import grid
 from .running.implementations import TRAINERS
 from . import records
@@ -458,8 +458,9 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
                          "without --update-baseline, --set or --seed-offset")
     if args.results is not None:
         new_dir = Path(args.results)
-        if not new_dir.is_dir():
-            raise UsageError(f"check: no results folder at {new_dir}")
+        problem = loading.not_a_results_folder(new_dir)
+        if problem:
+            raise UsageError(f"check: results folder {new_dir} {problem}")
     else:
         new_dir = Path(args.out)
         problem = grid.check_writable(new_dir)
@@ -540,8 +541,9 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
     folders = [args.salt0, args.salt1] if args.command == "null-study" else [args.reference, args.effect]
     for folder in folders:
-        if not Path(folder).is_dir():
-            raise UsageError(f"{args.command}: no results folder at {folder}")
+        problem = loading.not_a_results_folder(Path(folder))
+        if problem:
+            raise UsageError(f"{args.command}: results folder {folder} {problem}")
     try:
         if args.command == "null-study":
             study = calibration.null_study(Path(args.salt0), Path(args.salt1), args.variant, args.env,

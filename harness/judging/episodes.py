@@ -130,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --window must be >= 1 env step, got {args.window}", file=sys.stderr)
         return 2
     for folder in args.results:
-        if not folder.is_dir():
-            print(f"error: results folder {folder} does not exist", file=sys.stderr)
+        problem = loading.not_a_results_folder(folder)
+        if problem:
+            print(f"error: results folder {folder} {problem}", file=sys.stderr)
             return 2
     variants = None if args.variants is None else [v.strip() for v in args.variants.split(",") if v.strip()]
     try:

@@ -75,8 +75,9 @@ def report_command(results_dir: Path, out_dir: Path, reference: str | None = Non
     """
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     for folder in (results_dir, *map(Path, also)):
-        if not folder.is_dir():
-            print(f"error: results folder {folder} does not exist", file=sys.stderr)
+        problem = loading.not_a_results_folder(folder)
+        if problem:
+            print(f"error: results folder {folder} {problem}", file=sys.stderr)
             return 2
         if not loading.find_run_folders(folder):
             print(f"error: {folder} holds no run folders (expected runs/<env>/<variant>/seed_<k>/)", file=sys.stderr)
