@@ -25,7 +25,7 @@ from variants.userfile import VariantFileError, load_variants_file
 from .judging.check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
 from .judging.check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
 from .running.envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
-from .judging import loading, normalization
+from .judging import normalization
 from .running import grid
 from .running.implementations import TRAINERS
 from . import records
@@ -458,7 +458,7 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
                          "without --update-baseline, --set or --seed-offset")
     if args.results is not None:
         new_dir = Path(args.results)
-        problem = loading.not_a_results_folder(new_dir)
+        problem = records.not_a_results_folder(new_dir)
         if problem:
             raise UsageError(f"check: results folder {new_dir} {problem}")
     else:
@@ -541,7 +541,7 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
     folders = [args.salt0, args.salt1] if args.command == "null-study" else [args.reference, args.effect]
     for folder in folders:
-        problem = loading.not_a_results_folder(Path(folder))
+        problem = records.not_a_results_folder(Path(folder))
         if problem:
             raise UsageError(f"{args.command}: results folder {folder} {problem}")
     try:
@@ -611,6 +611,9 @@ def _report_dir(results: Path, out: Path | None) -> Path:
 
 def cmd_status(results: Path) -> int:
     """Print the state of every run folder of `results` (a grid in progress, or one stopped)."""
+    problem = records.not_a_results_folder(results)
+    if problem:
+        raise UsageError(f"status: results folder {results} {problem}")
     if not (results / "runs").is_dir():
         raise UsageError(f"status: no run folders in {results} (expected {results / 'runs'})")
     rows = grid.folder_states(results)

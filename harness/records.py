@@ -139,6 +139,14 @@ def live_queues(out: Path) -> list[list[tuple[str, str, int]]]:
     return found
 
 
+def not_a_results_folder(path: Path) -> str | None:
+    """Why `path` cannot be read as a results folder ("does not exist", "is a file, not a folder"), or None."""
+    path = Path(path)
+    if path.is_dir():
+        return None
+    return "is a file, not a folder" if path.exists() else "does not exist"
+
+
 def unwritable(folder: Path, keep_created: bool = True) -> str | None:
     """None when `folder` can be created and written, else why not (one line). With `keep_created`
     false, the folders the probe created are removed again (a caller that may still refuse its input

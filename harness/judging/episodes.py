@@ -27,7 +27,7 @@ import pandas as pd
 
 from . import loading
 from .findings import step_text
-from ..records import TRAIN_COLUMNS
+from ..records import TRAIN_COLUMNS, not_a_results_folder
 
 WINDOW_COLUMNS = ("env", "variant", "window_start", "window_end", "n_runs", "episodes", "return_median",
                   "length_median", "at_time_limit")
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --window must be >= 1 env step, got {args.window}", file=sys.stderr)
         return 2
     for folder in args.results:
-        problem = loading.not_a_results_folder(folder)
+        problem = not_a_results_folder(folder)
         if problem:
             print(f"error: results folder {folder} {problem}", file=sys.stderr)
             return 2

@@ -81,14 +81,6 @@ class RunRecords:
                           {k: v for k, v in self.folders.items() if k[1] in keep})
 
 
-def not_a_results_folder(path: Path) -> str | None:
-    """Why `path` cannot be read as a results folder ("does not exist", "is a file, not a folder"), or None."""
-    path = Path(path)
-    if path.is_dir():
-        return None
-    return "is a file, not a folder" if path.exists() else "does not exist"
-
-
 def find_run_folders(results_dir: Path) -> list[Path]:
     """The `runs/<env>/<variant>/seed_*` folders under `results_dir`, sorted by path."""
     return sorted(p for p in Path(results_dir).glob("runs/*/*/seed_*") if p.is_dir())

@@ -75,7 +75,7 @@ def report_command(results_dir: Path, out_dir: Path, reference: str | None = Non
     """
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     for folder in (results_dir, *map(Path, also)):
-        problem = loading.not_a_results_folder(folder)
+        problem = records.not_a_results_folder(folder)
         if problem:
             print(f"error: results folder {folder} {problem}", file=sys.stderr)
             return 2

@@ -227,8 +227,9 @@ def export_command(results_dir: Path, fmt: str, log=print) -> int:
     """CLI body: export every run's policy; 0 when every check passes, 1 otherwise. Raises ExportError
     for bad input (no results folder, no policy, onnx missing)."""
     results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise ExportError(f"export: no results folder at {results_dir}")
+    problem = records.not_a_results_folder(results_dir)
+    if problem:
+        raise ExportError(f"export: results folder {results_dir} {problem}")
     if fmt == "onnx" and not onnx_available():
         raise ExportError(INSTALL_HINT)
     paths = policy_files(results_dir)
