@@ -254,8 +254,9 @@ def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
     assert "1 complete, 1 stopped, 1 training" in printed
     assert f"training: Pendulum-v1 reference seed 1 (pid {os.getpid()}): 200 of 300 env steps recorded" in printed
     assert "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it" in printed  # no diagnostics yet
-    assert main(["status", str(tmp_path / "none")]) == 2
-    assert "no run folders" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["status", str(tmp_path / "empty")]) == 2  # a folder, but no runs/ in it
+    assert f"no run folders in {tmp_path / 'empty'}" in capsys.readouterr().err
 
 
 def test_a_claim_held_for_an_instant_by_a_probe_is_still_won(tmp_path):
