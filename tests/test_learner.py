@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from variants.buffer import Batch
-from variants.learner import critic_loss, policy_action, policy_sample, twin_q
+from variants.learner import adam_step, critic_loss, policy_action, policy_sample, twin_q
 from helpers import ACT, OBS, all_params, clone_generator, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 
 
@@ -264,3 +264,43 @@ def test_diagnostics_are_means_over_updates():
     assert (values[:, 2] > 0).all() and (values[:, 12] == 0).all()  # alpha positive, nothing non-finite
     n2, _ = learner.read_diagnostics()
     assert n2 == 0
+
+
+@pytest.mark.parametrize("lr_schedule", [(3e-4,) * 6, (3e-4, 3e-4, 2e-4, 1e-4, 5e-5, 3e-5)])
+def test_adam_step_equals_torch_adam_step_bit_for_bit(lr_schedule):
+    # The learner steps its fused Adams with adam_step; it must write exactly what opt.step() writes,
+    # moments and step counts included, whatever the learning rate does between steps.
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(2, 5, 64), (2, 1, 64), (2, 1, 1), (3,)]
+    start = [torch.randn(s, generator=gen) for s in shapes]
+    pairs = []
+    for _ in range(2):
+        params = [t.clone().requires_grad_() for t in start]
+        pairs.append((params, torch.optim.Adam(params, lr=lr_schedule[0], fused=True)))
+    (p_ref, opt_ref), (p_new, opt_new) = pairs
+    for lr in lr_schedule:
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for params, opt in pairs:
+            opt.param_groups[0]["lr"] = lr
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+        opt_ref.step()
+        adam_step(opt_new)
+        for a, b in zip(p_ref, p_new):
+            assert torch.equal(a, b)
+    for a, b in zip(p_ref, p_new):
+        sa, sb = opt_ref.state[a], opt_new.state[b]
+        assert sorted(sa) == sorted(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+        assert sb["step"].item() == len(lr_schedule)
+
+
+def test_adam_step_leaves_parameters_without_gradient_to_torch():
+    # A parameter without a gradient is skipped by opt.step(); adam_step must do the same, not fail.
+    params = [torch.ones(4, requires_grad=True), torch.ones(4, requires_grad=True)]
+    opt = torch.optim.Adam(params, lr=0.1, fused=True)
+    params[0].grad, params[1].grad = torch.ones(4), torch.ones(4)
+    adam_step(opt)
+    params[0].grad, params[1].grad = torch.ones(4), None
+    adam_step(opt)
+    assert opt.state[params[0]]["step"].item() == 2 and opt.state[params[1]]["step"].item() == 1
+    assert torch.allclose(params[1], torch.full((4,), 0.9))
