@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from harness.running.bench import _orientations, _update_lines, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
+from harness.running.bench import _block_lines, _orientations, _update_lines, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
 
 
 def test_update_gemm_shapes_and_flops_by_hand():
@@ -23,7 +23,8 @@ def test_bench_prints_every_figure():
     text = "\n".join(lines)
     for needle in ("cpu: ", "native bf16 (avx512_bf16 or amx_bf16): ", "full update, S=1, fp32:", "full update, S=1, bf16:", "GFLOP", "floor (those GEMMs alone), fp32:",
                    "floor (those GEMMs alone), bf16:", "update / floor, bf16:", "bf16 update / fp32 update:",
-                   "bf16 update / fp32 floor:", "bf16 bound / fp32 update:", "16x16 networks:", "S=2", "sacbench fp32", "sacbench bf16",
+                   "bf16 update / fp32 floor:", "bf16 bound / fp32 update:", "in blocks of 2 consecutive updates",
+                   "bf16 / fp32 in blocks:", "16x16 networks:", "S=2", "sacbench fp32", "sacbench bf16",
                    "Stable-Baselines3"):
         assert needle in text
     # every round of the S=1 table is printed: its number, 2 updates and 2 floors, all positive
@@ -86,3 +87,10 @@ def test_the_sb3_end_to_end_leaves_no_temp_folder(tmp_path, monkeypatch):
     spec = VariantSpec(learning_starts=50, batch_size=16, hidden_sizes=(8, 8))
     assert sb3_steps_per_second(spec, 120, "cpu") > 0
     assert list(tmp_path.glob("SB3-*")) == []
+
+
+def test_the_in_blocks_table_prints_every_round_and_the_ratio_round_by_round():
+    lines = _block_lines(["fp32", "bf16"], [[10.0, 7.0], [20.0, 16.0]], block=20)
+    assert lines[0].startswith("S=1, ms per update in blocks of 20 consecutive updates")
+    assert [line.split() for line in lines[2:5]] == [["1", "10.00", "7.00"], ["2", "20.00", "16.00"], ["median", "15.00", "11.50"]]
+    assert lines[5].split() == ["bf16", "/", "fp32", "in", "blocks:", "0.75", "x", "(per", "round", "0.70,", "0.80)"]

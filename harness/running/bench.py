@@ -7,6 +7,8 @@ default fp32 and bf16):
   run back to back and nothing else, each its fastest way (orientation, and for bf16 also the dtype:
   bf16 or fp32, as the bf16 update picks); updates and floors timed in alternating rounds, every round
   printed;
+- the same updates timed in blocks of consecutive calls, as training runs them (each update finding
+  the previous one's operands in cache), the precisions taking turns block by block;
 - the same update with 16x16 networks: the per-update cost that does not scale with width;
 - member scaling: time per member-update for S = 1, 4, 8, 16;
 - end to end: environment steps per second on Pendulum-v1 with one update per step after the warm-up
@@ -321,6 +323,47 @@ def _e2e_lines(names: Sequence[str], rounds: list[list[float]], steps: int, warm
     return lines
 
 
+def update_block_rounds(specs: Sequence[VariantSpec], rounds: int, block: int, device: torch.device) -> list[list[float]]:
+    """Per round, the ms per update of each spec (S = 1) over `block` consecutive updates, the specs
+    taking turns block by block (`alternating_rounds`).
+
+    Training runs updates back to back (an env step between them touches little memory), so each
+    update finds the last one's weights, Adam state and buffers still in cache. The call-by-call
+    rounds of `update_and_floor_rounds` evict them between calls (three other cases run in between),
+    which costs an update that spends less time in its products relatively more."""
+    updates = [update_runner(spec, 1, device) for spec in specs]
+    for update in updates:
+        for _ in range(block):
+            update()
+
+    def timed_block(update: Callable[[], None]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            for _ in range(block):
+                update()
+            return (time.perf_counter() - start) * 1e3 / block
+        return run
+
+    return alternating_rounds([timed_block(u) for u in updates], rounds)
+
+
+def _block_lines(precisions: Sequence[str], rounds: list[list[float]], block: int) -> list[str]:
+    """The in-blocks table: every round, the medians, and each precision's ratio to fp32 per round."""
+    lines = [f"S=1, ms per update in blocks of {block} consecutive updates (as training runs them), "
+             f"{len(rounds)} rounds (precisions taking turns block by block):",
+             f"  {'round':>6s}" + "".join(f"{p + ' update':>13s}" for p in precisions)]
+    for k, r in enumerate(rounds):
+        lines.append(f"  {k + 1:6d}" + "".join(f"{v:13.2f}" for v in r))
+    lines.append(f"  {'median':>6s}" + "".join(f"{statistics.median(r[i] for r in rounds):13.2f}" for i in range(len(precisions))))
+    if "fp32" in precisions:
+        base = precisions.index("fp32")
+        for i, p in enumerate(precisions):
+            if i != base:
+                ratios = [r[i] / r[base] for r in rounds]
+                lines.append(f"  {p} / fp32 in blocks:      {statistics.median(ratios):8.2f} x  (per round {_spread(ratios)})")
+    return lines
+
+
 def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 3000,
               members: Sequence[int] = (1, 4, 8, 16), precisions: Sequence[str] = PRECISIONS,
               rounds: int = ROUNDS, e2e_rounds: int = E2E_ROUNDS) -> list[str]:
@@ -339,6 +382,8 @@ def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 300
     floors = [fastest_ways(gemms, device, dtypes=_floor_dtypes(p)) for p in precisions]
     table = update_and_floor_rounds(list(specs.values()), floors, repeats, rounds, device)
     lines += _update_lines(precisions, table, gemm_flops(gemms), len(gemms))
+    block = max(2, repeats // rounds)
+    lines += _block_lines(precisions, update_block_rounds(list(specs.values()), rounds, block, device), block)
     # The same update on tiny networks: what an update costs whatever the width (Python, dispatch,
     # autograd, optimizer and elementwise-op overheads), the part a faster GEMM cannot remove.
     tiny = dataclasses.replace(REFERENCE, hidden_sizes=(16, 16))
