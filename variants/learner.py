@@ -153,7 +153,7 @@ def adam_step(opt: torch.optim.Adam) -> None:
     """`opt.step()` for a fused Adam with one parameter group, every parameter holding a gradient and
     its state: the same two kernels with the same arguments as `torch.optim.Adam`'s fused path (so
     the same bits), without the per-call Python the general step runs (hooks, profiler ranges, state
-    checks): 0.6-0.7 ms of a 12 ms update (see docs/performance.md). Anything else takes `opt.step()`."""
+    checks): about 0.6 ms of a 9-15 ms update (docs/performance.md). Anything else takes `opt.step()`."""
     (group,) = opt.param_groups
     params = group["params"]
     if not group["fused"] or group["amsgrad"] or len(opt.state) != len(params) or any(p.grad is None for p in params):

@@ -7,8 +7,8 @@ default fp32 and bf16):
   run back to back and nothing else, each its fastest way (orientation, and for bf16 also the dtype:
   bf16 or fp32, as the bf16 update picks); updates and floors timed in alternating rounds, every round
   printed;
-- the same updates timed in blocks of consecutive calls, as training runs them (each update finding
-  the previous one's operands in cache), the precisions taking turns block by block;
+- the same updates timed in blocks of consecutive calls, as training runs them (no other case's
+  products between two updates), the precisions taking turns block by block;
 - the same update with 16x16 networks: the per-update cost that does not scale with width;
 - member scaling: time per member-update for S = 1, 4, 8, 16;
 - end to end: environment steps per second on Pendulum-v1 with one update per step after the warm-up
@@ -327,10 +327,10 @@ def update_block_rounds(specs: Sequence[VariantSpec], rounds: int, block: int, d
     """Per round, the ms per update of each spec (S = 1) over `block` consecutive updates, the specs
     taking turns block by block (`alternating_rounds`).
 
-    Training runs updates back to back (an env step between them touches little memory), so each
-    update finds the last one's weights, Adam state and buffers still in cache. The call-by-call
-    rounds of `update_and_floor_rounds` evict them between calls (three other cases run in between),
-    which costs an update that spends less time in its products relatively more."""
+    Training runs updates back to back, an env step between them. The call-by-call rounds of
+    `update_and_floor_rounds` run three other cases' products before every update, and on an AMX host
+    that slowed the next update by 0.6-2.0 ms, a bf16 update relatively most, where writing 16 MB
+    between updates cost 0.1-0.3 ms (docs/performance.md)."""
     updates = [update_runner(spec, 1, device) for spec in specs]
     for update in updates:
         for _ in range(block):
