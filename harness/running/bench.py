@@ -185,12 +185,11 @@ def _timed_ms(fn: Callable[[], object]) -> Callable[[], float]:
     return run
 
 
-def update_and_floor_rounds(specs: Sequence[VariantSpec], floors: Sequence[Sequence[Callable[[], torch.Tensor]]],
+def update_and_floor_rounds(updates: Sequence[Callable[[], None]], floors: Sequence[Sequence[Callable[[], torch.Tensor]]],
                             repeats: int, rounds: int, device: torch.device) -> list[list[float]]:
-    """Per round, the ms of one update of each spec (S = 1) then of each floor (every product of a
-    list of ways once, back to back, as `time_floor`), medians of `repeats // rounds` calls each, the
-    cases taking turns call by call."""
-    updates = [update_runner(spec, 1, device) for spec in specs]
+    """Per round, the ms of one call of each update runner (`update_runner`) then of each floor (every
+    product of a list of ways once, back to back, as `time_floor`), medians of `repeats // rounds`
+    calls each, the cases taking turns call by call."""
     for update in updates:
         for _ in range(max(5, repeats // 10)):
             update()
@@ -323,28 +322,24 @@ def _e2e_lines(names: Sequence[str], rounds: list[list[float]], steps: int, warm
     return lines
 
 
-def update_block_rounds(specs: Sequence[VariantSpec], rounds: int, block: int, device: torch.device) -> list[list[float]]:
-    """Per round, the ms per update of each spec (S = 1) over `block` consecutive updates, the specs
-    taking turns block by block (`alternating_rounds`).
+def update_block_rounds(updates: Sequence[Callable[[], None]], rounds: int, block: int) -> list[list[float]]:
+    """Per round, the ms per update of each update runner (`update_runner`) over `block` consecutive
+    calls, the runners taking turns block by block (`alternating_rounds`).
 
     Training runs updates back to back, an env step between them. The call-by-call rounds of
     `update_and_floor_rounds` run three other cases' products before every update, and on an AMX host
     that slowed the next update by 0.6-2.0 ms, a bf16 update relatively most, where writing 16 MB
     between updates cost 0.1-0.3 ms (docs/performance.md)."""
-    updates = [update_runner(spec, 1, device) for spec in specs]
-    for update in updates:
-        for _ in range(block):
-            update()
-
-    def timed_block(update: Callable[[], None]) -> Callable[[], float]:
-        def run() -> float:
-            start = time.perf_counter()
+    def block_of(update: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
             for _ in range(block):
                 update()
-            return (time.perf_counter() - start) * 1e3 / block
         return run
 
-    return alternating_rounds([timed_block(u) for u in updates], rounds)
+    blocks = [block_of(update) for update in updates]
+    for run in blocks:
+        run()
+    return [[ms / block for ms in r] for r in alternating_rounds([_timed_ms(run) for run in blocks], rounds)]
 
 
 def _block_lines(precisions: Sequence[str], rounds: list[list[float]], block: int) -> list[str]:
@@ -380,10 +375,11 @@ def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 300
              f"({' or '.join(records.NATIVE_BF16_FLAGS)}): {_yes_no(records.native_bf16())}"]
     gemms = update_gemms(info.obs_dim, info.act_dim, spec.hidden_sizes, spec.batch_size, 1)
     floors = [fastest_ways(gemms, device, dtypes=_floor_dtypes(p)) for p in precisions]
-    table = update_and_floor_rounds(list(specs.values()), floors, repeats, rounds, device)
+    updates = [update_runner(sp, 1, device) for sp in specs.values()]
+    table = update_and_floor_rounds(updates, floors, repeats, rounds, device)
     lines += _update_lines(precisions, table, gemm_flops(gemms), len(gemms))
     block = max(2, repeats // rounds)
-    lines += _block_lines(precisions, update_block_rounds(list(specs.values()), rounds, block, device), block)
+    lines += _block_lines(precisions, update_block_rounds(updates, rounds, block), block)
     # The same update on tiny networks: what an update costs whatever the width (Python, dispatch,
     # autograd, optimizer and elementwise-op overheads), the part a faster GEMM cannot remove.
     tiny = dataclasses.replace(REFERENCE, hidden_sizes=(16, 16))
