@@ -14,25 +14,27 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from variants.catalog import CATALOG, REFERENCE, CatalogEntry, distinct_variants
 from variants.networks import PRECISIONS
 from variants.spec import parse_override, with_overrides
 from variants.userfile import VariantFileError, load_variants_file
 
-from .judging.check import DEFAULT_BASELINE, DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS, DEFAULT_TOLERANCE
-from .judging.check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
-from .running.envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
-from .judging import normalization
-from .running import grid
-from .running.implementations import TRAINERS
 from . import records
+from .judging import normalization
+from .judging.check import DEFAULT_BASELINE, DEFAULT_TOLERANCE
+from .judging.check import DEFAULT_SEEDS as DEFAULT_CHECK_SEEDS
+from .judging.check import DEFAULT_VARIANTS as DEFAULT_CHECK_VARIANTS
+from .live import DEFAULT_EVERY as LIVE_EVERY
+from .live import LiveReport
 from .records import WriteError
-from .running.train import Interrupted, no_update_reason
-from .live import DEFAULT_EVERY as LIVE_EVERY, LiveReport
+from .running import grid
+from .running.envs import ENV_IDS, EnvError, EnvRef, env_info, parse_env_kwargs
+from .running.implementations import TRAINERS
 from .running.profiles import PROFILES, NoBudget, budget_for
+from .running.train import Interrupted, no_update_reason
 
 
 class UsageError(Exception):
@@ -65,6 +67,7 @@ def _variant_names(text: str) -> list[str]:
 
 def _number(name: str, convert, kind: str, valid, requirement: str):
     """An argparse type: `convert(text)`, refused with a one-line message unless `valid(value)`."""
+
     def parse(text: str):
         try:
             value = convert(text)
@@ -99,11 +102,15 @@ def _resolve_device(choice: str) -> str:
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is visible to torch (install a CUDA build of torch; see README)")
+        raise UsageError(
+            "--device cuda: no CUDA device is visible to torch (install a CUDA build of torch; see README)"
+        )
     return choice
 
 
-def apply_overrides(assignments: Sequence[str], variants: dict[str, CatalogEntry]) -> tuple[dict, dict[str, CatalogEntry]]:
+def apply_overrides(
+    assignments: Sequence[str], variants: dict[str, CatalogEntry]
+) -> tuple[dict, dict[str, CatalogEntry]]:
     """Parse `--set KEY=VALUE` items and apply them to every chosen variant."""
     overrides = {}
     for item in assignments:
@@ -169,8 +176,9 @@ def reference_returns(args: argparse.Namespace, refs: dict[str, EnvRef] | None =
     return targets, randoms
 
 
-def select_variants(text: str, assignments: Sequence[str],
-                    user: dict[str, CatalogEntry] | None = None) -> tuple[dict, dict[str, CatalogEntry]]:
+def select_variants(
+    text: str, assignments: Sequence[str], user: dict[str, CatalogEntry] | None = None
+) -> tuple[dict, dict[str, CatalogEntry]]:
     """`--variants` and `--set` resolved to catalog entries that can train here.
 
     `all` means every distinct entry (`distinct_variants`: none whose arithmetic another computes) that
@@ -199,87 +207,181 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train a grid of variants x envs x seeds")
     run.add_argument("--variants", required=True, help="comma-separated catalog (or --variants-file) names, or all")
-    run.add_argument("--variants-file", default=None, metavar="TOML",
-                     help="more variants: [[variant]] tables of name, description and spec fields (README)")
-    run.add_argument("--envs", default="all",
-                     help="comma-separated gymnasium ids (any with Box observations and bounded Box actions) "
-                          "or module:Class / module:factory, or all (default: the benchmark's three)")
-    run.add_argument("--env-kwargs", default=None, metavar="JSON",
-                     help="keyword arguments for making every env of --envs, a JSON object")
+    run.add_argument(
+        "--variants-file",
+        default=None,
+        metavar="TOML",
+        help="more variants: [[variant]] tables of name, description and spec fields (README)",
+    )
+    run.add_argument(
+        "--envs",
+        default="all",
+        help="comma-separated gymnasium ids (any with Box observations and bounded Box actions) "
+        "or module:Class / module:factory, or all (default: the benchmark's three)",
+    )
+    run.add_argument(
+        "--env-kwargs",
+        default=None,
+        metavar="JSON",
+        help="keyword arguments for making every env of --envs, a JSON object",
+    )
     run.add_argument("--seeds", type=_positive_int("--seeds"), default=5, help="seeds 0..N-1 (default 5)")
-    run.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps per run (default: the profile's)")
+    run.add_argument(
+        "--steps", type=_positive_int("--steps"), default=None, help="env steps per run (default: the profile's)"
+    )
     run.add_argument("--profile", default="quick", help=f"budget profile: {', '.join(PROFILES)} (default quick)")
     run.add_argument("--out", default="results/latest", help="results folder (default results/latest)")
     run.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a spec field for every variant (repeatable)")
-    run.add_argument("--workers", type=_positive_int("--workers"), default=os.cpu_count() or 1,
-                     help="parallel worker processes on CPU (default: number of cores)")
-    run.add_argument("--members", type=_positive_int("--members"), default=None,
-                     help="seeds trained together as members of one batched learner (default: 1 on CPU, all on CUDA)")
-    run.add_argument("--backend", default="local", choices=("local", "ray"),
-                     help="local worker processes (default) or Ray tasks (pip install -e .[ray])")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec field for every variant (repeatable)",
+    )
+    run.add_argument(
+        "--workers",
+        type=_positive_int("--workers"),
+        default=os.cpu_count() or 1,
+        help="parallel worker processes on CPU (default: number of cores)",
+    )
+    run.add_argument(
+        "--members",
+        type=_positive_int("--members"),
+        default=None,
+        help="seeds trained together as members of one batched learner (default: 1 on CPU, all on CUDA)",
+    )
+    run.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "ray"),
+        help="local worker processes (default) or Ray tasks (pip install -e .[ray])",
+    )
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
-    run.add_argument("--dry-run", action="store_true",
-                     help="print the runs still to train, in the order they would run, and train none")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the runs still to train, in the order they would run, and train none",
+    )
     run.add_argument("--no-report", action="store_true", help="do not build a report (neither live nor at the end)")
-    run.add_argument("--report-every", type=_nonnegative_float("--report-every"), default=LIVE_EVERY, metavar="SECONDS",
-                     help=f"while the grid runs, rebuild reports/<name> after a run finishes, at most this often "
-                          f"(default {LIVE_EVERY:.0f}; 0: after every job)")
-    run.add_argument("--stop-after", type=_positive_float("--stop-after"), default=None, metavar="MINUTES",
-                     help="start no run that would not finish within MINUTES of the grid's start (expected from "
-                          "this folder's complete runs of the same variant, env and budget, else its failed ones, "
-                          "else 15 ms a step; estimated as each run is about to start); the runs "
-                          "not started stay for a rerun (a cluster's walltime, a session's end)")
-    run.add_argument("--eval-episodes", type=_positive_int("--eval-episodes"), default=None,
-                     help="episodes per evaluation (default: the profile's)")
-    run.add_argument("--tensorboard", action="store_true",
-                     help="also write evaluation returns and diagnostics as TensorBoard scalars (extra tensorboard)")
+    run.add_argument(
+        "--report-every",
+        type=_nonnegative_float("--report-every"),
+        default=LIVE_EVERY,
+        metavar="SECONDS",
+        help=f"while the grid runs, rebuild reports/<name> after a run finishes, at most this often "
+        f"(default {LIVE_EVERY:.0f}; 0: after every job)",
+    )
+    run.add_argument(
+        "--stop-after",
+        type=_positive_float("--stop-after"),
+        default=None,
+        metavar="MINUTES",
+        help="start no run that would not finish within MINUTES of the grid's start (expected from "
+        "this folder's complete runs of the same variant, env and budget, else its failed ones, "
+        "else 15 ms a step; estimated as each run is about to start); the runs "
+        "not started stay for a rerun (a cluster's walltime, a session's end)",
+    )
+    run.add_argument(
+        "--eval-episodes",
+        type=_positive_int("--eval-episodes"),
+        default=None,
+        help="episodes per evaluation (default: the profile's)",
+    )
+    run.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write evaluation returns and diagnostics as TensorBoard scalars (extra tensorboard)",
+    )
     _add_reference_returns(run)
 
     listing = sub.add_parser("list", help="variants, environments and profiles")
     listing.add_argument("--variants-file", default=None, metavar="TOML", help="also list the variants of this file")
 
     check = sub.add_parser("check", help="regression-check learning curves against a committed baseline")
-    check.add_argument("--baseline", default=str(DEFAULT_BASELINE), help=f"baseline folder (default {DEFAULT_BASELINE})")
-    check.add_argument("--variants", default=",".join(DEFAULT_CHECK_VARIANTS),
-                       help=f"comma-separated variants (default {','.join(DEFAULT_CHECK_VARIANTS)})")
-    check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a spec field for every checked variant (repeatable)")
-    check.add_argument("--seeds", type=_positive_int("--seeds"), default=DEFAULT_CHECK_SEEDS,
-                       help=f"seeds per variant (default {DEFAULT_CHECK_SEEDS})")
-    check.add_argument("--seed-offset", type=int, default=None,
-                       help="first seed (default 0, the baseline's; with --results: all seeds there)")
-    check.add_argument("--steps", type=_positive_int("--steps"), default=None, help="env steps (default: the ci profile's)")
-    check.add_argument("--tolerance", type=_nonnegative_float("--tolerance"), default=DEFAULT_TOLERANCE,
-                       help=f"allowed drop below the baseline interval, in normalized score (default {DEFAULT_TOLERANCE})")
+    check.add_argument(
+        "--baseline", default=str(DEFAULT_BASELINE), help=f"baseline folder (default {DEFAULT_BASELINE})"
+    )
+    check.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_CHECK_VARIANTS),
+        help=f"comma-separated variants (default {','.join(DEFAULT_CHECK_VARIANTS)})",
+    )
+    check.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec field for every checked variant (repeatable)",
+    )
+    check.add_argument(
+        "--seeds",
+        type=_positive_int("--seeds"),
+        default=DEFAULT_CHECK_SEEDS,
+        help=f"seeds per variant (default {DEFAULT_CHECK_SEEDS})",
+    )
+    check.add_argument(
+        "--seed-offset",
+        type=int,
+        default=None,
+        help="first seed (default 0, the baseline's; with --results: all seeds there)",
+    )
+    check.add_argument(
+        "--steps", type=_positive_int("--steps"), default=None, help="env steps (default: the ci profile's)"
+    )
+    check.add_argument(
+        "--tolerance",
+        type=_nonnegative_float("--tolerance"),
+        default=DEFAULT_TOLERANCE,
+        help=f"allowed drop below the baseline interval, in normalized score (default {DEFAULT_TOLERANCE})",
+    )
     check.add_argument("--workers", type=_positive_int("--workers"), default=os.cpu_count() or 1)
     check.add_argument("--out", default="results/check", help="where the check's runs go (default results/check)")
-    check.add_argument("--results", default=None,
-                       help="compare this results folder instead of training (its seeds --seed-offset.. if given)")
+    check.add_argument(
+        "--results",
+        default=None,
+        help="compare this results folder instead of training (its seeds --seed-offset.. if given)",
+    )
     check.add_argument("--update-baseline", action="store_true", help="train and write the runs as the new baseline")
     check.add_argument("--variants-file", default=None, metavar="TOML", help="more variants (as for run)")
-    check.add_argument("--false-alarms", action="store_true",
-                       help="with --results (runs of unchanged code, seeds other than the baseline's): run the "
-                            "check on every disjoint --seeds-sized seed set and count the failures")
+    check.add_argument(
+        "--false-alarms",
+        action="store_true",
+        help="with --results (runs of unchanged code, seeds other than the baseline's): run the "
+        "check on every disjoint --seeds-sized seed set and count the failures",
+    )
 
     bench = sub.add_parser("bench", help="update time vs the FLOP floor, member scaling, env steps/s vs SB3")
     bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     bench.add_argument("--repeats", type=_positive_int("--repeats"), default=100, help="timed updates per case")
     bench.add_argument("--steps", type=_positive_int("--steps"), default=3000, help="env steps of the end-to-end case")
     bench.add_argument("--members", default="1,4,8,16", help="member counts to time (default 1,4,8,16)")
-    bench.add_argument("--precisions", default="fp32,bf16", help="spec precisions to time side by side (default fp32,bf16)")
+    bench.add_argument(
+        "--precisions", default="fp32,bf16", help="spec precisions to time side by side (default fp32,bf16)"
+    )
 
-    gpu = sub.add_parser("gpu-check", help="GPU readiness: CUDA tests, member independence, bench and a short grid, "
-                                            "figures to OUT/gpu_check.txt (under 8 minutes)")
+    gpu = sub.add_parser(
+        "gpu-check",
+        help="GPU readiness: CUDA tests, member independence, bench and a short grid, "
+        "figures to OUT/gpu_check.txt (under 8 minutes)",
+    )
     gpu.add_argument("--out", required=True, help="folder for gpu_check.txt and the grid's runs")
-    gpu.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
-                     help="cuda (default); cpu runs the same steps on the CPU, with --sizes smoke a test of this command")
+    gpu.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="cuda (default); cpu runs the same steps on the CPU, with --sizes smoke a test of this command",
+    )
     gpu.add_argument("--sizes", default="gpu", choices=("gpu", "smoke"), help="gpu (default) or smoke: tiny sizes")
-    gpu.add_argument("--only", default="all", help="comma-separated steps (default all): environment, tests, "
-                                                  "independence, bench, grid")
+    gpu.add_argument(
+        "--only",
+        default="all",
+        help="comma-separated steps (default all): environment, tests, independence, bench, grid",
+    )
 
     null = sub.add_parser("null-study", help="the verdict rule's error rate on null reports (README: calibration)")
     null.add_argument("salt0", help="results folder of the variant (the reference side)")
@@ -287,8 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     null.add_argument("--variant", default="reference")
     null.add_argument("--env", default="Pendulum-v1")
     null.add_argument("--reports", type=_positive_int("--reports"), default=500, help="null reports (default 500)")
-    null.add_argument("--compared", type=_positive_int("--compared"), default=8,
-                      help="variants compared with the reference in each (default 8, as the default report)")
+    null.add_argument(
+        "--compared",
+        type=_positive_int("--compared"),
+        default=8,
+        help="variants compared with the reference in each (default 8, as the default report)",
+    )
     null.add_argument("--seeds", type=_positive_int("--seeds"), default=5, help="seeds per variant (default 5)")
 
     power = sub.add_parser("power-study", help="the verdict rule's detection rate of a real effect")
@@ -300,18 +406,34 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("--families", default="1,8", help="family sizes whose per-comparison level to use (default 1,8)")
     power.add_argument("--draws", type=_positive_int("--draws"), default=500)
     power.add_argument("--metric", default="final_return", choices=("final_return", "auc_return"))
-    power.add_argument("--shift", type=_finite_float("--shift"), default=None,
-                       help="move the effect folder's normalized scores so that their mean difference from the "
-                            "reference is exactly this: a known effect in real noise (e.g. the null study's two salts)")
+    power.add_argument(
+        "--shift",
+        type=_finite_float("--shift"),
+        default=None,
+        help="move the effect folder's normalized scores so that their mean difference from the "
+        "reference is exactly this: a known effect in real noise (e.g. the null study's two salts)",
+    )
 
     report = sub.add_parser("report", help="statistical report of a results folder")
-    report.add_argument("results", nargs="+", help="results folder, e.g. results/latest; more than one are read "
-                        "as one (a study beside the campaign whose reference runs it pairs with)")
-    report.add_argument("--variants", default=None, type=_variant_names,
-                        help="comma-separated variants to judge against the reference (default: every one found)")
-    report.add_argument("--reference", default=None, metavar="VARIANT",
-                        help="the variant every other is judged against (default: reference); it must have runs "
-                        "in the results, e.g. one study variant against another")
+    report.add_argument(
+        "results",
+        nargs="+",
+        help="results folder, e.g. results/latest; more than one are read "
+        "as one (a study beside the campaign whose reference runs it pairs with)",
+    )
+    report.add_argument(
+        "--variants",
+        default=None,
+        type=_variant_names,
+        help="comma-separated variants to judge against the reference (default: every one found)",
+    )
+    report.add_argument(
+        "--reference",
+        default=None,
+        metavar="VARIANT",
+        help="the variant every other is judged against (default: reference); it must have runs "
+        "in the results, e.g. one study variant against another",
+    )
     report.add_argument("--out", default=None, help="report folder (default reports/<name of results folder>)")
     _add_reference_returns(report)
 
@@ -325,10 +447,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_reference_returns(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", action="append", default=[], metavar="ENV=RETURN",
-                        help="normalization target return of ENV (normalized score 1), overriding the table (repeatable)")
-    parser.add_argument("--random", action="append", default=[], metavar="ENV=RETURN",
-                        help="random-policy return of ENV (normalized score 0), overriding the table (repeatable)")
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="ENV=RETURN",
+        help="normalization target return of ENV (normalized score 1), overriding the table (repeatable)",
+    )
+    parser.add_argument(
+        "--random",
+        action="append",
+        default=[],
+        metavar="ENV=RETURN",
+        help="random-policy return of ENV (normalized score 0), overriding the table (repeatable)",
+    )
 
 
 def cmd_list(variants_file: str | None = None) -> int:
@@ -377,7 +509,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     targets, randoms = reference_returns(args, refs)
     try:
         # A registered id keeps its profile budget whatever its kwargs; other envs need --steps.
-        budgets = {label: budget_for(args.profile, ref.entry, args.steps, args.eval_episodes) for label, ref in refs.items()}
+        budgets = {
+            label: budget_for(args.profile, ref.entry, args.steps, args.eval_episodes) for label, ref in refs.items()
+        }
     except NoBudget as exc:
         raise UsageError(str(exc)) from None
     for name, entry in variants.items():
@@ -394,11 +528,22 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if problem:
         raise UsageError(problem)
     request = grid.GridRequest(
-        variants=variants, overrides=overrides, envs=envs, seeds=list(range(args.seeds)),
-        budgets=budgets, out=out, device=device, members=members, command=("python", "-m", "harness", *argv),
-        env_refs=refs, tensorboard=args.tensorboard,
-        normalization={e: {k: v for k, v in (("target", targets.get(e)), ("random", randoms.get(e))) if v is not None}
-                       for e in envs if e in targets or e in randoms},
+        variants=variants,
+        overrides=overrides,
+        envs=envs,
+        seeds=list(range(args.seeds)),
+        budgets=budgets,
+        out=out,
+        device=device,
+        members=members,
+        command=("python", "-m", "harness", *argv),
+        env_refs=refs,
+        tensorboard=args.tensorboard,
+        normalization={
+            e: {k: v for k, v in (("target", targets.get(e)), ("random", randoms.get(e))) if v is not None}
+            for e in envs
+            if e in targets or e in randoms
+        },
     )
     try:
         jobs, skipped, elsewhere = grid.plan(request, fresh=args.fresh)
@@ -407,11 +552,14 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     runs = len(variants) * len(envs) * args.seeds
     workers = 1 if device == "cuda" else args.workers
     eta = grid.estimate_seconds(jobs, workers)
-    print(f"grid: {len(variants)} variants x {len(envs)} envs x {args.seeds} seeds = {runs} runs "
-          f"({skipped} already finished, "
-          + (f"{elsewhere} being trained by another process, " if elsewhere else "")
-          + f"{len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
-          f"estimated {eta / 60:.1f} min", flush=True)
+    print(
+        f"grid: {len(variants)} variants x {len(envs)} envs x {args.seeds} seeds = {runs} runs "
+        f"({skipped} already finished, "
+        + (f"{elsewhere} being trained by another process, " if elsewhere else "")
+        + f"{len(jobs)} jobs of up to {members} seeds, {workers} workers, {device}); "
+        f"estimated {eta / 60:.1f} min",
+        flush=True,
+    )
     slow = grid.emulated_bf16_warning(jobs, device)
     if slow:
         print(slow, flush=True)
@@ -429,8 +577,18 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         # counts these runs among those still to come (and ours counts theirs).
         queue = records.hold_queue(out, [(job.env_id, job.variant, seed) for job in jobs for seed in job.seeds])
         try:
-            live = None if args.no_report else LiveReport(out, _report_dir(out, None), args.report_every, targets,
-                                                          randoms, still_to_come=lambda: grid.still_to_come(out))
+            live = (
+                None
+                if args.no_report
+                else LiveReport(
+                    out,
+                    _report_dir(out, None),
+                    args.report_every,
+                    targets,
+                    randoms,
+                    still_to_come=lambda: grid.still_to_come(out),
+                )
+            )
             deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
             grid.execute(jobs, workers, on_finished=live, deadline=deadline)
         finally:
@@ -452,10 +610,13 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     variant_names = list(variants)
     budget = budget_for("ci", check.CHECK_ENV, args.steps)
     baseline = Path(args.baseline)
-    if args.false_alarms and (args.results is None or args.update_baseline or args.overrides
-                              or args.seed_offset is not None):
-        raise UsageError("check --false-alarms: give --results DIR (and optionally --seeds, --tolerance), "
-                         "without --update-baseline, --set or --seed-offset")
+    if args.false_alarms and (
+        args.results is None or args.update_baseline or args.overrides or args.seed_offset is not None
+    ):
+        raise UsageError(
+            "check --false-alarms: give --results DIR (and optionally --seeds, --tolerance), "
+            "without --update-baseline, --set or --seed-offset"
+        )
     if args.results is not None:
         new_dir = Path(args.results)
         problem = records.not_a_results_folder(new_dir)
@@ -470,17 +631,38 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             _require_matching_baseline(baseline, budget)
         first = args.seed_offset or 0
         seeds = list(range(first, first + args.seeds))
-        request = grid.GridRequest(variants=variants, overrides=overrides, envs=[check.CHECK_ENV], seeds=seeds,
-                                   budgets={check.CHECK_ENV: budget}, out=new_dir, device="cpu", members=1,
-                                   command=("python", "-m", "harness", *argv))
+        request = grid.GridRequest(
+            variants=variants,
+            overrides=overrides,
+            envs=[check.CHECK_ENV],
+            seeds=seeds,
+            budgets={check.CHECK_ENV: budget},
+            out=new_dir,
+            device="cpu",
+            members=1,
+            command=("python", "-m", "harness", *argv),
+        )
         jobs = grid.plan(request, fresh=True).jobs
-        print(f"check: training {len(variants)} variants x {len(seeds)} seeds on {check.CHECK_ENV}, "
-              f"{budget.total_steps} steps each, {args.workers} workers", flush=True)
+        print(
+            f"check: training {len(variants)} variants x {len(seeds)} seeds on {check.CHECK_ENV}, "
+            f"{budget.total_steps} steps each, {args.workers} workers",
+            flush=True,
+        )
         grid.execute(jobs, args.workers)
     if args.update_baseline:
-        check.write_baseline(new_dir, baseline, variant_names, {
-            "variants": variant_names, "seeds": args.seeds, "seed_offset": args.seed_offset or 0,
-            "overrides": overrides, "env": check.CHECK_ENV, "budget": budget.to_dict()})
+        check.write_baseline(
+            new_dir,
+            baseline,
+            variant_names,
+            {
+                "variants": variant_names,
+                "seeds": args.seeds,
+                "seed_offset": args.seed_offset or 0,
+                "overrides": overrides,
+                "env": check.CHECK_ENV,
+                "budget": budget.to_dict(),
+            },
+        )
         print(f"check: baseline written to {baseline}")
         return 0
     if not (baseline / "runs").is_dir():
@@ -521,9 +703,11 @@ def _require_matching_baseline(baseline: Path, budget) -> None:
     except ValueError:
         raise UsageError(f"check: {meta_path} is not valid JSON") from None
     if made_with.get("total_steps") != budget.total_steps or made_with.get("eval_episodes") != budget.eval_episodes:
-        raise UsageError(f"check: the baseline was made with {made_with.get('total_steps')} steps and "
-                         f"{made_with.get('eval_episodes')} eval episodes, this check would use "
-                         f"{budget.total_steps} and {budget.eval_episodes}; pass the same --steps or update the baseline")
+        raise UsageError(
+            f"check: the baseline was made with {made_with.get('total_steps')} steps and "
+            f"{made_with.get('eval_episodes')} eval episodes, this check would use "
+            f"{budget.total_steps} and {budget.eval_episodes}; pass the same --steps or update the baseline"
+        )
 
 
 def _counts(text: str, flag: str) -> list[int]:
@@ -546,14 +730,25 @@ def cmd_calibration(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.command}: results folder {folder} {problem}")
     try:
         if args.command == "null-study":
-            study = calibration.null_study(Path(args.salt0), Path(args.salt1), args.variant, args.env,
-                                           args.reports, args.compared, args.seeds)
+            study = calibration.null_study(
+                Path(args.salt0), Path(args.salt1), args.variant, args.env, args.reports, args.compared, args.seeds
+            )
             lines = calibration.format_null_study(study, Path(args.salt0), Path(args.salt1))
         else:
-            rows = calibration.power_study(Path(args.reference), Path(args.effect), args.variant, args.env,
-                                           _counts(args.ns, "--ns"), _counts(args.families, "--families"), args.draws,
-                                           metric=args.metric, shift=args.shift)
-            lines = calibration.format_power_study(rows, Path(args.reference), Path(args.effect), args.metric, args.shift)
+            rows = calibration.power_study(
+                Path(args.reference),
+                Path(args.effect),
+                args.variant,
+                args.env,
+                _counts(args.ns, "--ns"),
+                _counts(args.families, "--families"),
+                args.draws,
+                metric=args.metric,
+                shift=args.shift,
+            )
+            lines = calibration.format_power_study(
+                rows, Path(args.reference), Path(args.effect), args.metric, args.shift
+            )
     except calibration.CalibrationError as exc:
         raise UsageError(f"{args.command}: {exc}") from None
     for line in lines:
@@ -588,9 +783,16 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     return run_gpu_check(Path(args.out), args.device, args.sizes, steps)
 
 
-def cmd_report(results: Path, out: Path | None, targets: dict | None = None, randoms: dict | None = None,
-               also: Sequence[Path] = (), variants: Sequence[str] | None = None, pending: int | None = None,
-               reference: str | None = None) -> int:
+def cmd_report(
+    results: Path,
+    out: Path | None,
+    targets: dict | None = None,
+    randoms: dict | None = None,
+    also: Sequence[Path] = (),
+    variants: Sequence[str] | None = None,
+    pending: int | None = None,
+    reference: str | None = None,
+) -> int:
     """Build the report; `targets` / `randoms` ({env: return}) override the recorded and tabled ones;
     `also`: more results folders read with `results`; `variants`: only these beside the reference;
     `pending`: runs that grids still running on `results` have yet to finish (the page says so);
@@ -600,8 +802,16 @@ def cmd_report(results: Path, out: Path | None, targets: dict | None = None, ran
     except ImportError:
         print("report: the report module is not available in this checkout", file=sys.stderr)
         return 2
-    return report_command(Path(results), _report_dir(results, out), reference=reference, targets=targets,
-                          randoms=randoms, also=also, variants=variants, pending=pending)
+    return report_command(
+        Path(results),
+        _report_dir(results, out),
+        reference=reference,
+        targets=targets,
+        randoms=randoms,
+        also=also,
+        variants=variants,
+        pending=pending,
+    )
 
 
 def _report_dir(results: Path, out: Path | None) -> Path:
@@ -622,12 +832,17 @@ def cmd_status(results: Path) -> int:
     grid.print_state_table(rows)
     for r in rows:
         if r["state"] == "training":
-            print(f"training: {r['env']} {r['variant']} seed {r['seed']}" + (f" (pid {r['holder']})" if r["holder"] else "")
-                  + _steps_text(r))
+            print(
+                f"training: {r['env']} {r['variant']} seed {r['seed']}"
+                + (f" (pid {r['holder']})" if r["holder"] else "")
+                + _steps_text(r)
+            )
     for r in rows:
         if r["state"] == "stopped":
-            print(f"stopped: {r['env']} {r['variant']} seed {r['seed']}{_steps_text(r)} "
-                  "(rerun its grid's command to resume it from its last checkpoint)")
+            print(
+                f"stopped: {r['env']} {r['variant']} seed {r['seed']}{_steps_text(r)} "
+                "(rerun its grid's command to resume it from its last checkpoint)"
+            )
     grids = len(records.live_queues(results))
     if grids:
         print(f"still to come: {grid.still_to_come(results)} runs queued by {grids} grid(s) running on this folder")
@@ -637,7 +852,11 @@ def cmd_status(results: Path) -> int:
 def _steps_text(row: dict) -> str:
     if row["env_steps"] is None:
         return ""
-    return f": {row['env_steps']:,}" + (f" of {row['total_steps']:,}" if row["total_steps"] else "") + " env steps recorded"
+    return (
+        f": {row['env_steps']:,}"
+        + (f" of {row['total_steps']:,}" if row["total_steps"] else "")
+        + " env steps recorded"
+    )
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -669,8 +888,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("null-study", "power-study"):
             return cmd_calibration(args)
         if args.command == "report":
-            return cmd_report(Path(args.results[0]), Path(args.out) if args.out else None, *reference_returns(args),
-                              also=[Path(r) for r in args.results[1:]], variants=args.variants, reference=args.reference)
+            return cmd_report(
+                Path(args.results[0]),
+                Path(args.out) if args.out else None,
+                *reference_returns(args),
+                also=[Path(r) for r in args.results[1:]],
+                variants=args.variants,
+                reference=args.reference,
+            )
         if args.command == "export":
             return cmd_export(args)
         if args.command == "status":
@@ -679,8 +904,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Interrupted):
-        print("interrupted: rerun the same command to go on (finished runs are kept; the lines above "
-              "say where each stopped run resumes)", file=sys.stderr)
+        print(
+            "interrupted: rerun the same command to go on (finished runs are kept; the lines above "
+            "say where each stopped run resumes)",
+            file=sys.stderr,
+        )
         return 130
     except grid.WorkerCrashed as exc:
         print(f"error: {exc}", file=sys.stderr)

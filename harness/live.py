@@ -12,8 +12,8 @@ a run still training is never half-read.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 DEFAULT_EVERY = 300.0  # seconds between rebuilds: a report costs about a minute of one core
 
@@ -21,10 +21,17 @@ DEFAULT_EVERY = 300.0  # seconds between rebuilds: a report costs about a minute
 class LiveReport:
     """Callable as `(runs done, runs planned)`; rebuilds `out_dir` from `results_dir` when due."""
 
-    def __init__(self, results_dir: Path, out_dir: Path, every: float = DEFAULT_EVERY,
-                 targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print,
-                 still_to_come: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        results_dir: Path,
+        out_dir: Path,
+        every: float = DEFAULT_EVERY,
+        targets: Mapping[str, float] | None = None,
+        randoms: Mapping[str, float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] = print,
+        still_to_come: Callable[[], int] | None = None,
+    ):
         self.results_dir, self.out_dir, self.every = Path(results_dir), Path(out_dir), every
         self.targets, self.randoms = targets, randoms
         self.clock, self.log = clock, log
@@ -43,11 +50,14 @@ class LiveReport:
         self.last = now
         try:
             pending = self.still_to_come() if self.still_to_come is not None else planned - done
-            build_report(self.results_dir, self.out_dir, targets=self.targets, randoms=self.randoms,
-                         pending=pending or None)
+            build_report(
+                self.results_dir, self.out_dir, targets=self.targets, randoms=self.randoms, pending=pending or None
+            )
         except Exception as exc:  # a report must never stop the grid; the next finished job retries
             self.log(f"warning: live report not rebuilt ({type(exc).__name__}: {exc})")
             return
         self.builds += 1
-        self.log(f"live report: {self.out_dir / 'index.html'} ({done} of {planned} runs of this grid finished, "
-                 f"{pending} still to come on the folder)")
+        self.log(
+            f"live report: {self.out_dir / 'index.html'} ({done} of {planned} runs of this grid finished, "
+            f"{pending} still to come on the folder)"
+        )

@@ -12,8 +12,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -242,15 +243,21 @@ def finite_or_none(x: float | None) -> float | None:
 def git_commit(cwd: Path | None = None) -> str:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).resolve().parent,
-            capture_output=True, text=True, timeout=5,
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd or Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
         commit = out.stdout.strip()
         if out.returncode != 0 or not commit:
             return "unknown"
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd or Path(__file__).resolve().parent,
-            capture_output=True, text=True, timeout=5,
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd or Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
         ).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
@@ -258,11 +265,11 @@ def git_commit(cwd: Path | None = None) -> str:
 
 
 def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
     import gymnasium
     import numpy
     import torch
-
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         own = version("sacbench")
@@ -313,5 +320,11 @@ def platform_info() -> dict[str, str]:
     """The machine a run was recorded on (config.json's `platform`)."""
     model, flags = cpu_info()
     bf16 = _has_native_bf16(flags)
-    return {"system": platform.system(), "machine": platform.machine(), "processor": platform.processor() or "unknown",
-            "cpu_count": str(os.cpu_count()), "cpu": model, "native_bf16": "unknown" if bf16 is None else str(bf16).lower()}
+    return {
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or "unknown",
+        "cpu_count": str(os.cpu_count()),
+        "cpu": model,
+        "native_bf16": "unknown" if bf16 is None else str(bf16).lower(),
+    }

@@ -3,7 +3,9 @@ import torch
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "cuda: needs a CUDA device, skipped without one (`python -m harness gpu-check` runs them)")
+    config.addinivalue_line(
+        "markers", "cuda: needs a CUDA device, skipped without one (`python -m harness gpu-check` runs them)"
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")

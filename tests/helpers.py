@@ -27,8 +27,13 @@ def filled_buffer(members: int, n: int = 200, seed: int = 123) -> ReplayBuffer:
     rng = np.random.default_rng(seed)
     buf = ReplayBuffer(members, n, OBS, ACT)
     for _ in range(n):
-        buf.add(rng.normal(size=(members, OBS)), rng.uniform(-1, 1, size=(members, ACT)),
-                rng.normal(size=members), rng.normal(size=(members, OBS)), rng.random(members) < 0.1)
+        buf.add(
+            rng.normal(size=(members, OBS)),
+            rng.uniform(-1, 1, size=(members, ACT)),
+            rng.normal(size=members),
+            rng.normal(size=(members, OBS)),
+            rng.random(members) < 0.1,
+        )
     return buf
 
 
@@ -45,8 +50,9 @@ def all_params(learner: SACLearner) -> list[torch.Tensor]:
 def member_buffer(buf: ReplayBuffer, m: int, device="cpu") -> ReplayBuffer:
     """Member m's transitions of a stacked buffer, as a one-member buffer of its own."""
     own = ReplayBuffer(1, buf.capacity, OBS, ACT, device)
-    own.load_state_dict({name: getattr(buf, name)[m:m + 1, :buf.size] for name in buf.FIELDS}
-                        | {"pos": buf.pos, "size": buf.size})
+    own.load_state_dict(
+        {name: getattr(buf, name)[m : m + 1, : buf.size] for name in buf.FIELDS} | {"pos": buf.pos, "size": buf.size}
+    )
     return own
 
 

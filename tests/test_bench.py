@@ -1,7 +1,16 @@
 import pytest
 import torch
 
-from harness.running.bench import _block_lines, _orientations, _update_lines, alternating_rounds, fastest_ways, gemm_flops, run_bench, update_gemms
+from harness.running.bench import (
+    _block_lines,
+    _orientations,
+    _update_lines,
+    alternating_rounds,
+    fastest_ways,
+    gemm_flops,
+    run_bench,
+    update_gemms,
+)
 
 
 def test_update_gemm_shapes_and_flops_by_hand():
@@ -21,15 +30,30 @@ def test_reference_update_is_about_half_a_gflop_on_pendulum():
 def test_bench_prints_every_figure():
     lines = run_bench("cpu", repeats=2, e2e_steps=1010, members=(1, 2), rounds=2)
     text = "\n".join(lines)
-    for needle in ("cpu: ", "native bf16 (avx512_bf16 or amx_bf16): ", "full update, S=1, fp32:", "full update, S=1, bf16:", "GFLOP", "floor (those GEMMs alone), fp32:",
-                   "floor (those GEMMs alone), bf16:", "update / floor, bf16:", "bf16 update / fp32 update:",
-                   "bf16 update / fp32 floor:", "bf16 bound / fp32 update:", "in blocks of 2 consecutive updates",
-                   "bf16 / fp32 in blocks:", "16x16 networks:", "S=2", "sacbench fp32", "sacbench bf16",
-                   "Stable-Baselines3"):
+    for needle in (
+        "cpu: ",
+        "native bf16 (avx512_bf16 or amx_bf16): ",
+        "full update, S=1, fp32:",
+        "full update, S=1, bf16:",
+        "GFLOP",
+        "floor (those GEMMs alone), fp32:",
+        "floor (those GEMMs alone), bf16:",
+        "update / floor, bf16:",
+        "bf16 update / fp32 update:",
+        "bf16 update / fp32 floor:",
+        "bf16 bound / fp32 update:",
+        "in blocks of 2 consecutive updates",
+        "bf16 / fp32 in blocks:",
+        "16x16 networks:",
+        "S=2",
+        "sacbench fp32",
+        "sacbench bf16",
+        "Stable-Baselines3",
+    ):
         assert needle in text
     # every round of the S=1 table is printed: its number, 2 updates and 2 floors, all positive
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["round"])
-    rows = [line.split() for line in lines[header + 1:header + 4]]
+    rows = [line.split() for line in lines[header + 1 : header + 4]]
     assert [r[0] for r in rows] == ["1", "2", "median"] and all(len(r) == 5 for r in rows)
     assert all(float(v) > 0 for r in rows for v in r[1:])
 
@@ -92,5 +116,9 @@ def test_the_sb3_end_to_end_leaves_no_temp_folder(tmp_path, monkeypatch):
 def test_the_in_blocks_table_prints_every_round_and_the_ratio_round_by_round():
     lines = _block_lines(["fp32", "bf16"], [[10.0, 7.0], [20.0, 16.0]], block=20)
     assert lines[0].startswith("S=1, ms per update in blocks of 20 consecutive updates")
-    assert [line.split() for line in lines[2:5]] == [["1", "10.00", "7.00"], ["2", "20.00", "16.00"], ["median", "15.00", "11.50"]]
+    assert [line.split() for line in lines[2:5]] == [
+        ["1", "10.00", "7.00"],
+        ["2", "20.00", "16.00"],
+        ["median", "15.00", "11.50"],
+    ]
     assert lines[5].split() == ["bf16", "/", "fp32", "in", "blocks:", "0.75", "x", "(per", "round", "0.70,", "0.80)"]

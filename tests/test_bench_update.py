@@ -22,8 +22,13 @@ def test_update_speed_reference_pendulum(benchmark, members, hidden):
     rng = np.random.default_rng(0)
     buf = ReplayBuffer(members, 2000, 3, 1)
     for _ in range(2000):
-        buf.add(rng.normal(size=(members, 3)), rng.uniform(-1, 1, (members, 1)), rng.normal(size=members),
-                rng.normal(size=(members, 3)), np.zeros(members))
+        buf.add(
+            rng.normal(size=(members, 3)),
+            rng.uniform(-1, 1, (members, 1)),
+            rng.normal(size=members),
+            rng.normal(size=(members, 3)),
+            np.zeros(members),
+        )
     before = learner.actor[0].detach().clone()
     benchmark(lambda: learner.update(buf.sample(spec.batch_size, learner.generators)))
     assert learner.updates >= 1 and not torch.equal(before, learner.actor[0])

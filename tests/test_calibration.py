@@ -5,10 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from harness.judging import calibration, normalization
-from harness.cli import main
 from test_stats import write_run
+
+from harness.cli import main
+from harness.judging import calibration, normalization
 from variants.catalog import REFERENCE
 
 ENV = "Pendulum-v1"

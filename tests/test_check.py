@@ -7,13 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from harness.judging import check
+from test_stats import write_run
 
 from harness import records
 from harness.cli import main
+from harness.judging import check
 from harness.judging.normalization import normalized_score
-from test_stats import write_run
 
 ENV = "Pendulum-v1"
 
@@ -26,8 +25,10 @@ def make_results(root: Path, finals, variant="reference", state="complete") -> P
 
 def make_baseline(root: Path, finals=(-150.0, -160.0, -170.0)) -> Path:
     make_results(root, finals)
-    records.write_json(root / "baseline.json", {"budget": {"total_steps": 4000, "eval_episodes": 3},
-                                                "platform": check.platform_fingerprint()})
+    records.write_json(
+        root / "baseline.json",
+        {"budget": {"total_steps": 4000, "eval_episodes": 3}, "platform": check.platform_fingerprint()},
+    )
     return root
 
 
@@ -96,7 +97,10 @@ def test_a_small_drop_within_tolerance_passes_and_a_large_one_fails(tmp_path):
     base = make_baseline(tmp_path / "base")
     low = check.compare(base, base, ["reference"], reps=500).checks[0].baseline.low
     r_random, r_target = -1207.555, -150.0
-    to_return = lambda score: r_random + score * (r_target - r_random)
+
+    def to_return(score):
+        return r_random + score * (r_target - r_random)
+
     near = make_results(tmp_path / "near", [to_return(low - 0.05)] * 3)
     far = make_results(tmp_path / "far", [to_return(low - 0.3)] * 3)
     assert check.compare(base, near, ["reference"], reps=500).passed
@@ -145,8 +149,21 @@ def test_check_catches_a_sign_flip_in_the_actor_loss(tmp_path, monkeypatch, caps
 
     if flip:
         monkeypatch.setattr(learner_module, "actor_loss", flipped)
-    code = main(["check", "--baseline", str(COMMITTED_BASELINE), "--variants", "reference", "--seeds", "1",
-                 "--workers", "1", "--out", str(tmp_path / "check")])
+    code = main(
+        [
+            "check",
+            "--baseline",
+            str(COMMITTED_BASELINE),
+            "--variants",
+            "reference",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "check"),
+        ]
+    )
     out = capsys.readouterr().out
     if flip:
         assert code == 1 and "REGRESSION" in out and "check: FAIL" in out
@@ -195,5 +212,8 @@ def test_false_alarm_study_needs_results_and_enough_seeds(tmp_path, capsys):
     assert main(["check", "--baseline", str(base), "--variants", "reference", "--false-alarms"]) == 2
     assert "give --results DIR" in capsys.readouterr().err
     new = make_results(tmp_path / "new", [-150.0, -160.0, -170.0, -150.0])
-    assert main(["check", "--baseline", str(base), "--results", str(new), "--variants", "reference", "--false-alarms"]) == 2
+    assert (
+        main(["check", "--baseline", str(base), "--results", str(new), "--variants", "reference", "--false-alarms"])
+        == 2
+    )
     assert "has 1 seeds of every variant outside the baseline's; a reseeded check needs 3" in capsys.readouterr().err

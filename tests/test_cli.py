@@ -12,14 +12,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.parametrize(
     "args, names",
     [
         (["run", "--variants", "nope"], "reference, naive-tanh"),
-        (["run", "--variants", "reference", "--envs", "CartPole-v1"], "CartPole-v1: the action space is Discrete(2), not a Box"),
+        (
+            ["run", "--variants", "reference", "--envs", "CartPole-v1"],
+            "CartPole-v1: the action space is Discrete(2), not a Box",
+        ),
         (["run", "--variants", "reference", "--envs", "NoSuchEnv-v0"], "Environment `NoSuchEnv` doesn't exist"),
         (["run", "--variants", "reference", "--profile", "huge"], "smoke, ci, quick, full"),
         (["run", "--variants", "reference", "--seeds", "0"], "--seeds must be >= 1"),
@@ -27,29 +32,67 @@ def run_cli(*args, cwd=ROOT):
         (["run", "--variants", "reference", "--steps", "ten"], "whole number"),
         (["run", "--variants", "reference", "--set", "gama=0.9"], "valid fields: log_prob"),
         (["run", "--variants", "reference", "--set", "gamma=high"], "expected float"),
-        (["run", "--variants", "reference", "--set", "update_order=random"], "sequential, joint, policy-first, critic-first"),
-        (["run", "--variants", "reference", "--envs", "Pendulum-v1", "--profile", "smoke", "--set", "batch_size=100000000"],
-         "exceeds the 1200 transitions the run can collect"),
-        (["run", "--variants", "reference", "--envs", "Pendulum-v1", "--profile", "smoke", "--set", "learning_starts=1200"],
-         "learning_starts=1200 is not below the run's 1200 env steps"),
+        (
+            ["run", "--variants", "reference", "--set", "update_order=random"],
+            "sequential, joint, policy-first, critic-first",
+        ),
+        (
+            [
+                "run",
+                "--variants",
+                "reference",
+                "--envs",
+                "Pendulum-v1",
+                "--profile",
+                "smoke",
+                "--set",
+                "batch_size=100000000",
+            ],
+            "exceeds the 1200 transitions the run can collect",
+        ),
+        (
+            [
+                "run",
+                "--variants",
+                "reference",
+                "--envs",
+                "Pendulum-v1",
+                "--profile",
+                "smoke",
+                "--set",
+                "learning_starts=1200",
+            ],
+            "learning_starts=1200 is not below the run's 1200 env steps",
+        ),
         (["frobnicate"], "invalid choice"),
         (["report", "/nonexistent/results"], "results folder /nonexistent/results does not exist"),
         (["report", str(ROOT / "README.md")], f"results folder {ROOT / 'README.md'} is a file, not a folder"),
-        (["check", "--results", str(ROOT / "README.md")], f"results folder {ROOT / 'README.md'} is a file, not a folder"),
+        (
+            ["check", "--results", str(ROOT / "README.md")],
+            f"results folder {ROOT / 'README.md'} is a file, not a folder",
+        ),
         (["check", "--results", "/nonexistent/results"], "check: results folder /nonexistent/results does not exist"),
         (["status", "/nonexistent/results"], "status: results folder /nonexistent/results does not exist"),
         (["status", str(ROOT / "README.md")], f"status: results folder {ROOT / 'README.md'} is a file, not a folder"),
-        (["export", "/nonexistent/results", "--format", "torchscript"],
-         "export: results folder /nonexistent/results does not exist"),
-        (["export", str(ROOT / "README.md"), "--format", "torchscript"],
-         f"export: results folder {ROOT / 'README.md'} is a file, not a folder"),
-        (["report", str(ROOT / "results" / "pendulum-20k"), "--out", "/proc/sacbench-report"],
-         "cannot write the report to /proc/sacbench-report: No such file or directory"),
+        (
+            ["export", "/nonexistent/results", "--format", "torchscript"],
+            "export: results folder /nonexistent/results does not exist",
+        ),
+        (
+            ["export", str(ROOT / "README.md"), "--format", "torchscript"],
+            f"export: results folder {ROOT / 'README.md'} is a file, not a folder",
+        ),
+        (
+            ["report", str(ROOT / "results" / "pendulum-20k"), "--out", "/proc/sacbench-report"],
+            "cannot write the report to /proc/sacbench-report: No such file or directory",
+        ),
         (["run", "--variants", "reference", "--report-every", "-5"], "--report-every must be >= 0, got '-5'"),
         (["check", "--tolerance", "nan"], "--tolerance must be >= 0, got 'nan'"),
-        (["check", "--results", str(ROOT / "results" / "pendulum-20k")],
-         "runs were trained on another budget (diag_every 1000, eval_episodes 10, eval_every 1000, eval_points 20, "
-         "total_steps 20000) than the baseline's (diag_every 500, eval_episodes 5, eval_every 250"),
+        (
+            ["check", "--results", str(ROOT / "results" / "pendulum-20k")],
+            "runs were trained on another budget (diag_every 1000, eval_episodes 10, eval_every 1000, eval_points 20, "
+            "total_steps 20000) than the baseline's (diag_every 500, eval_episodes 5, eval_every 250",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, names, capsys):
@@ -68,23 +111,64 @@ def test_unwritable_results_folder(tmp_path, capsys):
 def test_list_shows_every_variant_with_its_differences():
     out = run_cli("list")
     assert out.returncode == 0
-    for name in ("reference", "naive-tanh", "joint-update", "policy-first", "critic-first", "alpha-loss",
-                 "reward-scaled", "sac-auto", "blog-sac2"):
+    for name in (
+        "reference",
+        "naive-tanh",
+        "joint-update",
+        "policy-first",
+        "critic-first",
+        "alpha-loss",
+        "reward-scaled",
+        "sac-auto",
+        "blog-sac2",
+    ):
         assert f"  {name}" in out.stdout
     assert "fields: log_prob=naive" in out.stdout and "BipedalWalker-v3" in out.stdout and "quick" in out.stdout
 
 
 def test_run_writes_records_skips_finished_runs_and_refuses_a_changed_config(tmp_path):
     out = tmp_path / "grid"
-    args = ["run", "--variants", "reference,critic-first", "--envs", "Pendulum-v1", "--seeds", "2", "--steps", "300",
-            "--profile", "smoke", "--workers", "2", "--set", "learning_starts=100", "--set", "hidden_sizes=32,32",
-            "--out", str(out), "--no-report"]
+    args = [
+        "run",
+        "--variants",
+        "reference,critic-first",
+        "--envs",
+        "Pendulum-v1",
+        "--seeds",
+        "2",
+        "--steps",
+        "300",
+        "--profile",
+        "smoke",
+        "--workers",
+        "2",
+        "--set",
+        "learning_starts=100",
+        "--set",
+        "hidden_sizes=32,32",
+        "--out",
+        str(out),
+        "--no-report",
+    ]
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     runs = pd.read_csv(out / "runs.csv")
-    assert list(runs.columns) == ["env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s"]
+    assert list(runs.columns) == [
+        "env",
+        "variant",
+        "seed",
+        "state",
+        "final_return",
+        "auc_return",
+        "env_steps",
+        "wall_s",
+    ]
     assert sorted(zip(runs.variant, runs.seed, runs.state)) == [
-        ("critic-first", 0, "failed"), ("critic-first", 1, "failed"), ("reference", 0, "complete"), ("reference", 1, "complete")]
+        ("critic-first", 0, "failed"),
+        ("critic-first", 1, "failed"),
+        ("reference", 0, "complete"),
+        ("reference", 1, "complete"),
+    ]
     config = json.loads((out / "runs/Pendulum-v1/reference/seed_1/config.json").read_text())
     assert config["overrides"] == {"learning_starts": 100, "hidden_sizes": [32, 32]}
     assert config["command"][:4] == ["python", "-m", "harness", "run"]
@@ -103,8 +187,14 @@ def test_run_writes_records_skips_finished_runs_and_refuses_a_changed_config(tmp
 
 
 def test_a_reader_that_stops_early_gets_no_traceback():
-    proc = subprocess.run(f"{sys.executable} -m harness run --variants all --envs Pendulum-v1 --seeds 30 --dry-run "
-                          f"--out {ROOT / 'results' / 'pendulum-20k'} | head -1", shell=True, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        f"{sys.executable} -m harness run --variants all --envs Pendulum-v1 --seeds 30 --dry-run "
+        f"--out {ROOT / 'results' / 'pendulum-20k'} | head -1",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.stdout.startswith("grid: ") and len(proc.stdout.splitlines()) == 1
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr

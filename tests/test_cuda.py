@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from helpers import ACT, OBS, SCALE, train_batched_and_alone
 
 from variants import REFERENCE
 from variants.buffer import Batch, ReplayBuffer
 from variants.learner import SACLearner, actor_loss, critic_loss
-from helpers import ACT, OBS, SCALE, train_batched_and_alone
 
 CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -19,15 +19,22 @@ PRECISIONS = ["fp32", "bf16"]
 
 
 def _spec(precision: str, **changes):
-    return dataclasses.replace(REFERENCE, **({"hidden_sizes": (64, 64), "batch_size": 64, "precision": precision} | changes))
+    return dataclasses.replace(
+        REFERENCE, **({"hidden_sizes": (64, 64), "batch_size": 64, "precision": precision} | changes)
+    )
 
 
 def _buffer(members: int, device: str, n: int = 300, seed: int = 5) -> ReplayBuffer:
     rng = np.random.default_rng(seed)
     buf = ReplayBuffer(members, n, OBS, ACT, device)
     for _ in range(n):
-        buf.add(rng.normal(size=(members, OBS)), rng.uniform(-1, 1, size=(members, ACT)),
-                rng.normal(size=members), rng.normal(size=(members, OBS)), rng.random(members) < 0.1)
+        buf.add(
+            rng.normal(size=(members, OBS)),
+            rng.uniform(-1, 1, size=(members, ACT)),
+            rng.normal(size=members),
+            rng.normal(size=(members, OBS)),
+            rng.random(members) < 0.1,
+        )
     return buf
 
 
@@ -47,7 +54,10 @@ def _relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
 @pytest.mark.parametrize("device", DEVICES)
 def test_one_members_data_changes_no_other_member(device, precision):
     spec = _spec(precision)
-    clean, altered = SACLearner(spec, OBS, ACT, SCALE, [0, 1, 2], device), SACLearner(spec, OBS, ACT, SCALE, [0, 1, 2], device)
+    clean, altered = (
+        SACLearner(spec, OBS, ACT, SCALE, [0, 1, 2], device),
+        SACLearner(spec, OBS, ACT, SCALE, [0, 1, 2], device),
+    )
     buf_a, buf_b = _buffer(3, device), _buffer(3, device)
     buf_b.reward[1] += 5.0
     buf_b.obs[1] *= -3.0
@@ -57,7 +67,7 @@ def test_one_members_data_changes_no_other_member(device, precision):
     for a, b in zip(_params(clean), _params(altered)):
         k = a.shape[0] // 3
         for member in (0, 2):
-            assert torch.equal(a[member * k:(member + 1) * k], b[member * k:(member + 1) * k])
+            assert torch.equal(a[member * k : (member + 1) * k], b[member * k : (member + 1) * k])
     assert not torch.equal(clean.actor[0][1], altered.actor[0][1])
 
 
@@ -114,7 +124,7 @@ def test_members_match_each_seed_alone(device, precision):
     for m, learner in enumerate(alone):
         for stacked, single in zip(_params(batched), _params(learner)):
             k = stacked.shape[0] // len(seeds)
-            part = stacked[m * k:(m + 1) * k]
+            part = stacked[m * k : (m + 1) * k]
             if device == "cpu":
                 assert torch.equal(part, single)
             else:

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_stats import write_run
 
 from harness import records
 from harness.judging import episodes, loading
-from test_stats import write_run
 
 # Pendulum-v1's registered time limit is 200 steps.
-REFERENCE_EPISODES = {0: [(200, -1000.0, 200), (350, -600.0, 150), (550, -300.0, 200)],
-                      1: [(100, -1200.0, 100), (300, -900.0, 200), (400, -100.0, 100)]}
+REFERENCE_EPISODES = {
+    0: [(200, -1000.0, 200), (350, -600.0, 150), (550, -300.0, 200)],
+    1: [(100, -1200.0, 100), (300, -900.0, 200), (400, -100.0, 100)],
+}
 
 
 def write_results(root: Path) -> None:
@@ -64,8 +66,10 @@ def test_the_command_prints_the_table_and_rejects_bad_input(tmp_path: Path, caps
     out = capsys.readouterr().out
     assert "Pendulum-v1 (time limit: 200 steps)" in out
     lines = [line.split() for line in out.splitlines() if line.strip().startswith("reference")]
-    assert lines == [["reference", "0-300", "2", "3", "-1000.0", "200", "67%"],
-                     ["reference", "300-600", "2", "3", "-300.0", "150", "33%"]]
+    assert lines == [
+        ["reference", "0-300", "2", "3", "-1000.0", "200", "67%"],
+        ["reference", "300-600", "2", "3", "-300.0", "150", "33%"],
+    ]
     assert episodes.main([str(tmp_path / "none")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert episodes.main([str(tmp_path), "--window", "0"]) == 2

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import make_learner, tiny_spec
 
 from harness.cli import main
 from harness.running.envs import env_info
@@ -19,16 +20,17 @@ from harness.running.profiles import budget_for
 from harness.running.train import Job, train_job
 from variants import REFERENCE
 from variants.actions import env_action
-from helpers import make_learner, tiny_spec
 
 TINY = dataclasses.replace(REFERENCE, hidden_sizes=(16, 16), batch_size=32, learning_starts=50)
 
 
-def _train(out: Path, env_id: str, seeds=(0, 1), steps: int = 200, spec=TINY, should_stop=lambda: False,
-           **job) -> list[dict]:
+def _train(
+    out: Path, env_id: str, seeds=(0, 1), steps: int = 200, spec=TINY, should_stop=lambda: False, **job
+) -> list[dict]:
     budget = budget_for("smoke", env_id, steps, eval_episodes=1)
-    return train_job(Job("reference", "tiny", spec, {}, env_id, tuple(seeds), budget, str(out), **job),
-                     should_stop=should_stop)
+    return train_job(
+        Job("reference", "tiny", spec, {}, env_id, tuple(seeds), budget, str(out), **job), should_stop=should_stop
+    )
 
 
 def test_policy_module_is_the_evaluated_policy():
@@ -38,8 +40,13 @@ def test_policy_module_is_the_evaluated_policy():
     low, high = np.array([-2.0, 0.0]), np.array([2.0, 1.0])
     obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
     for member in range(3):
-        state = {"format": "sacbench-policy-1", "weights": [p[member].detach().clone() for p in learner.actor],
-                 "act_dim": 2, "action_low": list(low), "action_high": list(high)}
+        state = {
+            "format": "sacbench-policy-1",
+            "weights": [p[member].detach().clone() for p in learner.actor],
+            "act_dim": 2,
+            "action_low": list(low),
+            "action_high": list(high),
+        }
         module = PolicyModule.from_state(state)
         with torch.no_grad():
             ours = module(torch.as_tensor(obs)).numpy()
@@ -47,14 +54,20 @@ def test_policy_module_is_the_evaluated_policy():
         evaluated = env_action(learner.act(stacked, deterministic=True)[member], low, high, "affine", True)
         np.testing.assert_allclose(ours, evaluated, rtol=0, atol=1e-6)
         assert ours.min() >= -2.0 and ours.max() <= 2.0
-    assert not np.allclose(ours, PolicyModule.from_state({**state, "weights": [p[0] for p in learner.actor]})(
-        torch.as_tensor(obs)).detach().numpy())
+    assert not np.allclose(
+        ours,
+        PolicyModule.from_state({**state, "weights": [p[0] for p in learner.actor]})(torch.as_tensor(obs))
+        .detach()
+        .numpy(),
+    )
 
 
 def test_complete_runs_write_their_final_policy(tmp_path):
     rows = _train(tmp_path, "Pendulum-v1")
     assert [r["state"] for r in rows] == ["complete", "complete"]
-    states = [load_policy_state(tmp_path / "runs" / "Pendulum-v1" / "reference" / f"seed_{s}" / "policy.pt") for s in (0, 1)]
+    states = [
+        load_policy_state(tmp_path / "runs" / "Pendulum-v1" / "reference" / f"seed_{s}" / "policy.pt") for s in (0, 1)
+    ]
     for seed, state in zip((0, 1), states):
         assert (state["obs_dim"], state["act_dim"], state["env_steps"]) == (3, 1, 200)
         assert state["action_low"] == [-2.0] and state["action_high"] == [2.0]
@@ -98,8 +111,12 @@ def test_onnx_export_gives_the_pytorch_actions(tmp_path, capsys, env_id):
 def test_torchscript_export_gives_the_pytorch_actions(tmp_path, capsys):
     _train(tmp_path, "Pendulum-v1", seeds=(0,))
     assert main(["export", str(tmp_path), "--format", "torchscript"]) == 0
-    assert "policy.torchscript.pt, max abs difference vs PyTorch on 1,000 observations 0 (ok)" in capsys.readouterr().out
-    meta = json.loads((tmp_path / "runs" / "Pendulum-v1" / "reference" / "seed_0" / "policy.torchscript.pt.json").read_text())
+    assert (
+        "policy.torchscript.pt, max abs difference vs PyTorch on 1,000 observations 0 (ok)" in capsys.readouterr().out
+    )
+    meta = json.loads(
+        (tmp_path / "runs" / "Pendulum-v1" / "reference" / "seed_0" / "policy.torchscript.pt.json").read_text()
+    )
     assert meta["check"]["max_abs_diff_vs_pytorch"] == 0.0
 
 
@@ -145,9 +162,11 @@ def test_tensorboard_scalars_of_a_resumed_run_equal_the_csv_records(tmp_path):
     run = tmp_path / "runs" / "Pendulum-v1" / "reference" / "seed_0"
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
-    for tag, csv, column in (("eval/return_mean", "eval.csv", "return_mean"),
-                             ("train/episode_return", "train.csv", "episode_return"),
-                             ("diagnostics/critic_loss", "diagnostics.csv", "critic_loss")):
+    for tag, csv, column in (
+        ("eval/return_mean", "eval.csv", "return_mean"),
+        ("train/episode_return", "train.csv", "episode_return"),
+        ("diagnostics/critic_loss", "diagnostics.csv", "critic_loss"),
+    ):
         records = pd.read_csv(run / csv)
         logged = events.Scalars(tag)
         assert [e.step for e in logged] == records["env_step"].tolist(), tag

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.running import gpu_check
 from harness.cli import main
+from harness.running import gpu_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_without_cuda_it_stops_at_once_with_one_line_and_exit_2(tmp_path):
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "harness", "gpu-check", "--out", str(tmp_path / "gc")],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "gpu-check", "--out", str(tmp_path / "gc")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no CUDA device" in proc.stderr
     assert not (tmp_path / "gc").exists()
@@ -33,7 +37,22 @@ def test_unknown_step_is_a_usage_error(tmp_path, capsys):
 
 def test_cpu_smoke_steps_write_their_figures(tmp_path, capsys):
     out = tmp_path / "gc"
-    assert main(["gpu-check", "--out", str(out), "--device", "cpu", "--sizes", "smoke", "--only", "environment,independence"]) == 0
+    assert (
+        main(
+            [
+                "gpu-check",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--sizes",
+                "smoke",
+                "--only",
+                "environment,independence",
+            ]
+        )
+        == 0
+    )
     report = (out / gpu_check.REPORT).read_text()
     assert "== environment: ok" in report and f"torch {torch.__version__}" in report
     # on the CPU every member equals its seed alone, in both precisions

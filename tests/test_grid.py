@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.running import grid
-
 from harness import records
 from harness.cli import main
+from harness.running import grid
 from harness.running.profiles import budget_for
 from harness.running.train import Job, train_job
 from variants import CATALOG
@@ -24,8 +23,24 @@ SMALL = ["--set", "learning_starts=100", "--set", "hidden_sizes=32,32", "--set",
 
 
 def grid_args(out, steps=300, seeds=2, *extra):
-    return ["run", "--variants", "reference", "--envs", "Pendulum-v1", "--seeds", str(seeds), "--steps", str(steps),
-            "--profile", "smoke", "--out", str(out), "--no-report", *SMALL, *extra]
+    return [
+        "run",
+        "--variants",
+        "reference",
+        "--envs",
+        "Pendulum-v1",
+        "--seeds",
+        str(seeds),
+        "--steps",
+        str(steps),
+        "--profile",
+        "smoke",
+        "--out",
+        str(out),
+        "--no-report",
+        *SMALL,
+        *extra,
+    ]
 
 
 def run_files(out, name="eval.csv"):
@@ -35,11 +50,14 @@ def run_files(out, name="eval.csv"):
 # 4 members put the critics' output biases (2 per member) into the vectorised loop of fused Adam; 9
 # members put log-alpha there too and the biases into that of lerp and foreach Adam (see MEMBER_ALIGN).
 # LunarLander's episodes terminate, at different steps for different members.
-@pytest.mark.parametrize("env_id, seeds, steps", [
-    ("Pendulum-v1", (0, 1, 2, 3), 400),
-    ("Pendulum-v1", tuple(range(9)), 400),
-    ("LunarLanderContinuous-v3", (0, 1, 2, 3, 4), 1000),
-])
+@pytest.mark.parametrize(
+    "env_id, seeds, steps",
+    [
+        ("Pendulum-v1", (0, 1, 2, 3), 400),
+        ("Pendulum-v1", tuple(range(9)), 400),
+        ("LunarLanderContinuous-v3", (0, 1, 2, 3, 4), 1000),
+    ],
+)
 def test_batched_members_equal_separate_runs_bit_for_bit(tmp_path, env_id, seeds, steps):
     entry = CATALOG["reference"]
     spec = dataclasses.replace(entry.spec, learning_starts=100, hidden_sizes=(32, 32), batch_size=64)
@@ -51,14 +69,22 @@ def test_batched_members_equal_separate_runs_bit_for_bit(tmp_path, env_id, seeds
         batched, single = run_files(tmp_path / "batched", name), run_files(tmp_path / "single", name)
         assert len(batched) == len(seeds) and batched == single, name
     if env_id.startswith("LunarLander"):  # episodes did end by termination, before the time limit
-        lengths = [int(line.split(",")[2]) for data in run_files(tmp_path / "single", "train.csv").values()
-                   for line in data.decode().splitlines()[1:]]
+        lengths = [
+            int(line.split(",")[2])
+            for data in run_files(tmp_path / "single", "train.csv").values()
+            for line in data.decode().splitlines()[1:]
+        ]
         assert lengths and max(lengths) < 1000
 
 
 def test_sigkilled_grid_resumes_to_the_same_eval_curve(tmp_path):
-    whole = subprocess.run([sys.executable, "-m", "harness", *grid_args(tmp_path / "whole", 2000, 1, "--workers", "1")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    whole = subprocess.run(
+        [sys.executable, "-m", "harness", *grid_args(tmp_path / "whole", 2000, 1, "--workers", "1")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert whole.returncode == 0, whole.stderr
     args = [sys.executable, "-m", "harness", *grid_args(tmp_path / "killed", 2000, 1, "--workers", "1")]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -115,11 +141,31 @@ def test_full_disk_is_one_line_exit_2_and_leaves_no_temp_files(tmp_path, monkeyp
 
 def test_progress_lines_when_not_a_terminal(tmp_path):
     lines = []
-    job = Job("reference", "", CATALOG["reference"].spec, {}, "Pendulum-v1", (0, 1), budget_for("smoke", "Pendulum-v1", 100), str(tmp_path))
+    job = Job(
+        "reference",
+        "",
+        CATALOG["reference"].spec,
+        {},
+        "Pendulum-v1",
+        (0, 1),
+        budget_for("smoke", "Pendulum-v1", 100),
+        str(tmp_path),
+    )
     progress = grid.Progress([job], log=lines.append, every=0.0, stream=io.StringIO())
     progress.steps(50, 2)
-    progress.finished([{"env": "Pendulum-v1", "variant": "reference", "seed": 0, "state": "complete",
-                        "final_return": -150.0, "env_steps": 100, "wall_s": 2.0}])
+    progress.finished(
+        [
+            {
+                "env": "Pendulum-v1",
+                "variant": "reference",
+                "seed": 0,
+                "state": "complete",
+                "final_return": -150.0,
+                "env_steps": 100,
+                "wall_s": 2.0,
+            }
+        ]
+    )
     assert lines[0].startswith("[status] 0/2 runs done, 100/200 env steps")
     assert lines[1] == "[1/2] Pendulum-v1 reference seed 0: complete, final_return -150.0, 50 steps/s"
 
@@ -146,9 +192,28 @@ def test_two_grids_probing_one_results_folder_do_not_trip_each_other(tmp_path, m
 
 def test_a_bf16_grid_on_a_cpu_without_native_bf16_is_warned_about_and_still_run(tmp_path, monkeypatch, capsys):
     def args(out):
-        return ["run", "--variants", "reference,bf16", "--envs", "Pendulum-v1", "--seeds", "1", "--steps", "150",
-                "--profile", "smoke", "--out", str(out), "--no-report", "--workers", "1",
-                "--set", "learning_starts=100", "--set", "batch_size=16"]
+        return [
+            "run",
+            "--variants",
+            "reference,bf16",
+            "--envs",
+            "Pendulum-v1",
+            "--seeds",
+            "1",
+            "--steps",
+            "150",
+            "--profile",
+            "smoke",
+            "--out",
+            str(out),
+            "--no-report",
+            "--workers",
+            "1",
+            "--set",
+            "learning_starts=100",
+            "--set",
+            "batch_size=16",
+        ]
 
     monkeypatch.setattr(records, "cpu_info", lambda: ("Some AVX2 CPU", frozenset({"avx2", "fma"})))
     assert main(args(tmp_path / "res")) == 0
@@ -190,7 +255,8 @@ def test_a_dry_run_lists_the_runs_left_in_grid_order_and_touches_nothing(tmp_pat
     printed = capsys.readouterr().out
     assert "(0 already finished, 3 jobs of up to 1 seeds" in printed
     assert [line.strip() for line in printed.splitlines()[-3:]] == [
-        f"Pendulum-v1  reference  seed {k}  (300 steps)" for k in range(3)]
+        f"Pendulum-v1  reference  seed {k}  (300 steps)" for k in range(3)
+    ]
     assert not out.exists()  # planned without writing: no folder, no lock file
     assert main(grid_args(out, 300, 1, "--workers", "1")) == 0
     other = records.try_lock_run(out, "Pendulum-v1", "reference", 2)  # another grid trains seed 2
@@ -211,17 +277,26 @@ def test_a_dry_run_lists_the_runs_left_in_grid_order_and_touches_nothing(tmp_pat
 
 def test_a_job_trains_only_the_seeds_still_free_when_it_starts(tmp_path):
     # Planned with seeds 0-2; before the job starts, another grid claims seed 0 and finishes seed 1.
-    job = Job("reference", "", CATALOG["reference"].spec, {}, "Pendulum-v1", (0, 1, 2),
-              budget_for("smoke", "Pendulum-v1", 100), str(tmp_path))
+    job = Job(
+        "reference",
+        "",
+        CATALOG["reference"].spec,
+        {},
+        "Pendulum-v1",
+        (0, 1, 2),
+        budget_for("smoke", "Pendulum-v1", 100),
+        str(tmp_path),
+    )
     other = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 0)
     records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", 1) / "status.json", {"state": "complete"})
     try:
         with grid.claimed(job) as (mine, left_out):
             assert mine is not None and mine.seeds == (2,)
             assert records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 2) is None  # held while it trains
-        assert left_out == [f"Pendulum-v1 reference seed 0: left to another process that is training it (pid {os.getpid()})",
-                            "Pendulum-v1 reference seed 1: finished by another process since this grid was planned; "
-                            "kept as it is"]
+        assert left_out == [
+            f"Pendulum-v1 reference seed 0: left to another process that is training it (pid {os.getpid()})",
+            "Pendulum-v1 reference seed 1: finished by another process since this grid was planned; kept as it is",
+        ]
         free = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 2)  # released with the block
         assert free is not None
         free.release()
@@ -240,8 +315,11 @@ def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
     for seed in (1, 2):  # two unfinished run folders: seed 1 is being trained by a process, seed 2 was stopped
         folder = records.run_dir(out, "Pendulum-v1", "reference", seed)
         records.write_json(folder / "config.json", {"budget": {"total_steps": 300}})
-    records.write_csv(records.run_dir(out, "Pendulum-v1", "reference", 1) / "diagnostics.csv", ("env_step", "updates"),
-                      [(100, 0), (200, 100)])
+    records.write_csv(
+        records.run_dir(out, "Pendulum-v1", "reference", 1) / "diagnostics.csv",
+        ("env_step", "updates"),
+        [(100, 0), (200, 100)],
+    )
     training = records.try_lock_run(out, "Pendulum-v1", "reference", 1)
     queue = records.hold_queue(out, [("Pendulum-v1", "reference", s) for s in (0, 1, 2, 3)])  # seed 0 is finished
     try:
@@ -253,7 +331,9 @@ def test_status_tells_finished_training_and_stopped_runs(tmp_path, capsys):
     assert "still to come: 3 runs queued by 1 grid(s) running on this folder" in printed
     assert "1 complete, 1 stopped, 1 training" in printed
     assert f"training: Pendulum-v1 reference seed 1 (pid {os.getpid()}): 200 of 300 env steps recorded" in printed
-    assert "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it" in printed  # no diagnostics yet
+    assert (
+        "stopped: Pendulum-v1 reference seed 2 (rerun its grid's command to resume it" in printed
+    )  # no diagnostics yet
     (tmp_path / "empty").mkdir()
     assert main(["status", str(tmp_path / "empty")]) == 2  # a folder, but no runs/ in it
     assert f"no run folders in {tmp_path / 'empty'}" in capsys.readouterr().err
@@ -309,7 +389,8 @@ def test_stop_after_estimates_each_run_as_it_starts_from_the_runs_finished_since
     assert main(grid_args(out, 300, 2, "--workers", "1", "--stop-after", "30")) == 0
     printed = capsys.readouterr()
     assert "Pendulum-v1 reference seed 1: not started: its expected 1440 min would end past --stop-after" in (
-        printed.out + printed.err)
+        printed.out + printed.err
+    )
     assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
     assert not records.run_dir(out, "Pendulum-v1", "reference", 1).exists()
 
@@ -328,32 +409,59 @@ def test_job_seconds_count_a_batched_runs_wall_time_once_over_its_members(tmp_pa
 def test_job_seconds_are_the_median_wall_time_of_complete_else_failed_runs_else_15_ms_a_step(tmp_path):
     budget = budget_for("smoke", "Pendulum-v1", 300)
     for seed, wall in enumerate((100.0, 300.0, 200.0)):
-        records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", seed) / "status.json",
-                           {"state": "complete", "env_steps": 300, "wall_s": wall})
-    records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", 3) / "status.json",
-                       {"state": "failed", "env_steps": 10, "wall_s": 1.0})  # not a full run's time
+        records.write_json(
+            records.run_dir(tmp_path, "Pendulum-v1", "reference", seed) / "status.json",
+            {"state": "complete", "env_steps": 300, "wall_s": wall},
+        )
+    records.write_json(
+        records.run_dir(tmp_path, "Pendulum-v1", "reference", 3) / "status.json",
+        {"state": "failed", "env_steps": 10, "wall_s": 1.0},
+    )  # not a full run's time
     # A variant whose every run failed (critic-first raises at its first update) is expected to fail as
     # fast, but only from failed runs of the same budget.
-    for variant, seed, wall, total in (("critic-first", 0, 0.5, 300), ("critic-first", 1, 1.5, 300),
-                                       ("critic-first", 2, 9.0, 600), ("naive-tanh", 0, 2.0, 600)):
+    for variant, seed, wall, total in (
+        ("critic-first", 0, 0.5, 300),
+        ("critic-first", 1, 1.5, 300),
+        ("critic-first", 2, 9.0, 600),
+        ("naive-tanh", 0, 2.0, 600),
+    ):
         folder = records.run_dir(tmp_path, "Pendulum-v1", variant, seed)
         records.write_json(folder / "status.json", {"state": "failed", "env_steps": 101, "wall_s": wall})
         records.write_json(folder / "config.json", {"budget": {"total_steps": total}})
-    job = lambda variant, seeds: Job(variant, "", CATALOG[variant].spec, {}, "Pendulum-v1", seeds, budget,  # noqa: E731
-                                     str(tmp_path))
-    assert grid.job_seconds([job("reference", (4,)), job("reference", (5, 6)), job("naive-tanh", (1,)),
-                             job("critic-first", (3, 4))]) == [
-        200.0, 400.0, pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP), 2.0]
+
+    def job(variant, seeds):
+        return Job(
+            variant,
+            "",
+            CATALOG[variant].spec,
+            {},
+            "Pendulum-v1",
+            seeds,
+            budget,  # noqa: E731
+            str(tmp_path),
+        )
+
+    assert grid.job_seconds(
+        [job("reference", (4,)), job("reference", (5, 6)), job("naive-tanh", (1,)), job("critic-first", (3, 4))]
+    ) == [200.0, 400.0, pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP), 2.0]
     assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 1000) == []
     assert grid.too_late(job("reference", (4,)), 200.0, time.time() + 100) == [
         "Pendulum-v1 reference seed 4: not started: its expected 3 min would end past --stop-after "
-        "(a rerun of the same command trains it)"]
+        "(a rerun of the same command trains it)"
+    ]
 
 
 def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatch):
-    job = Job("reference", "", dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32,
-                                                   hidden_sizes=(16, 16)),
-              {}, "Pendulum-v1", (0,), budget_for("smoke", "Pendulum-v1", 300), str(tmp_path))
+    job = Job(
+        "reference",
+        "",
+        dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32, hidden_sizes=(16, 16)),
+        {},
+        "Pendulum-v1",
+        (0,),
+        budget_for("smoke", "Pendulum-v1", 300),
+        str(tmp_path),
+    )
     real = grid.train_claimed
 
     def stopped_midway(job, on_progress, should_stop):
@@ -364,6 +472,8 @@ def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatc
     lines = []
     with pytest.raises(grid.Interrupted):
         grid.execute([job], 1, log=lines.append)
-    assert lines == ["interrupted: Pendulum-v1/reference/seeds 0 stopped at env step 120; "
-                     "a rerun resumes it there from its checkpoint"]
+    assert lines == [
+        "interrupted: Pendulum-v1/reference/seeds 0 stopped at env step 120; "
+        "a rerun resumes it there from its checkpoint"
+    ]
     assert not (records.run_dir(tmp_path, "Pendulum-v1", "reference", 0) / "status.json").exists()

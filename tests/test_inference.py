@@ -86,8 +86,12 @@ def test_decide_labels_from_simultaneous_intervals() -> None:
         inference.paired_test(np.array([0.3, -0.4, 0.5, -0.2]), np.zeros(4)),  # wide: undecided
     ]
     decisions = inference.decide(tests, alpha=0.05, margin=0.05)
-    assert [d.verdict for d in decisions] == [inference.BETTER, inference.WORSE, inference.EQUIVALENT,
-                                              inference.NO_DIFFERENCE]
+    assert [d.verdict for d in decisions] == [
+        inference.BETTER,
+        inference.WORSE,
+        inference.EQUIVALENT,
+        inference.NO_DIFFERENCE,
+    ]
     level = 1 - 0.05 / 4
     assert all(d.family_size == 4 for d in decisions)
     assert (decisions[3].low, decisions[3].high) == pytest.approx(tests[3].interval(level))
@@ -111,8 +115,10 @@ def test_family_wise_error_on_gaussian_null_reports_is_at_most_alpha(shared: flo
     for _ in range(400):
         seed_effect = rng.normal(0, math.sqrt(shared), size=5)
         reference = seed_effect + rng.normal(0, math.sqrt(1 - shared), size=5)
-        tests = [inference.paired_test(seed_effect + rng.normal(0, math.sqrt(1 - shared), size=5), reference)
-                 for _ in range(8)]
+        tests = [
+            inference.paired_test(seed_effect + rng.normal(0, math.sqrt(1 - shared), size=5), reference)
+            for _ in range(8)
+        ]
         decisions = inference.decide(tests, with_mdd=False)
         spurious += any(d.verdict in (inference.BETTER, inference.WORSE) for d in decisions)
     assert inference.clopper_pearson_upper(spurious, 400) > spurious / 400

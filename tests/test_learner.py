@@ -1,17 +1,25 @@
-import dataclasses
 import copy
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import (
+    ACT,
+    OBS,
+    all_params,
+    clone_generator,
+    filled_buffer,
+    make_learner,
+    tiny_spec,
+    train_batched_and_alone,
+)
 from torch import nn
 
 from variants.buffer import Batch
 from variants.learner import adam_step, critic_loss, policy_action, policy_sample, twin_q
-from helpers import ACT, OBS, all_params, clone_generator, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
-
 
 # --- a plain single-network SAC written independently of the learner ------------------------------
 
@@ -85,20 +93,31 @@ def test_single_member_update_equals_plain_sac(order):
     q1, q2 = linear_stack(learner.critic, 0), linear_stack(learner.critic, 1)
     q1t, q2t = copy.deepcopy(q1), copy.deepcopy(q2)
     log_alpha = torch.tensor(math.log(spec.initial_alpha), requires_grad=True)
-    opts = (torch.optim.Adam(actor.parameters(), spec.lr_actor),
-            torch.optim.Adam([*q1.parameters(), *q2.parameters()], spec.lr_critic),
-            torch.optim.Adam([log_alpha], spec.lr_alpha))
+    opts = (
+        torch.optim.Adam(actor.parameters(), spec.lr_actor),
+        torch.optim.Adam([*q1.parameters(), *q2.parameters()], spec.lr_critic),
+        torch.optim.Adam([log_alpha], spec.lr_alpha),
+    )
     alpha = torch.tensor(spec.initial_alpha)
     for _ in range(5):
         batch = buf.sample(spec.batch_size, [clone_generator(learner.generators[0])])
         gen = clone_generator(learner.generators[0])
         torch.randint(0, buf.size, (spec.batch_size,), generator=gen)  # the learner's index draw
-        noise_next, noise = torch.randn(spec.batch_size, ACT, generator=gen), torch.randn(spec.batch_size, ACT, generator=gen)
+        noise_next, noise = (
+            torch.randn(spec.batch_size, ACT, generator=gen),
+            torch.randn(spec.batch_size, ACT, generator=gen),
+        )
         learner.update(buf.sample(spec.batch_size, learner.generators))
-        alpha = plain_sac_update((actor, q1, q2, q1t, q2t), opts, log_alpha, alpha, batch, noise_next, noise, spec,
-                                 joint=order == "joint")
-    for plain, stacked, member in [(actor, learner.actor, 0), (q1, learner.critic, 0), (q2, learner.critic, 1),
-                                   (q1t, learner.critic_target, 0), (q2t, learner.critic_target, 1)]:
+        alpha = plain_sac_update(
+            (actor, q1, q2, q1t, q2t), opts, log_alpha, alpha, batch, noise_next, noise, spec, joint=order == "joint"
+        )
+    for plain, stacked, member in [
+        (actor, learner.actor, 0),
+        (q1, learner.critic, 0),
+        (q2, learner.critic, 1),
+        (q1t, learner.critic_target, 0),
+        (q2t, learner.critic_target, 1),
+    ]:
         expected = linear_stack(stacked, member)
         for p, e in zip(plain.parameters(), expected.parameters()):
             torch.testing.assert_close(p, e, rtol=1e-5, atol=1e-6)
@@ -129,7 +148,7 @@ def test_members_are_independent_bit_for_bit():
     for member in (0, 2):
         for a, b in pairs:
             k = a.shape[0] // 3
-            assert torch.equal(a[member * k:(member + 1) * k], b[member * k:(member + 1) * k])
+            assert torch.equal(a[member * k : (member + 1) * k], b[member * k : (member + 1) * k])
     assert not torch.equal(clean.actor[0][1], altered.actor[0][1])  # the altered member did change
 
 
@@ -143,7 +162,7 @@ def test_nine_members_equal_each_seed_trained_alone_bit_for_bit(order):
     for m, learner in enumerate(alone):
         for stacked, single in zip(all_params(batched), all_params(learner)):
             k = stacked.shape[0] // len(seeds)
-            assert torch.equal(stacked[m * k:(m + 1) * k], single), f"member {m}"
+            assert torch.equal(stacked[m * k : (m + 1) * k], single), f"member {m}"
 
 
 def test_same_seed_same_parameters_and_different_seeds_differ():

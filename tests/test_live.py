@@ -3,13 +3,14 @@
 import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+
+from test_stats import write_run
 
 from harness import records
 from harness.live import LiveReport
 from harness.running import grid
-from test_stats import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,8 +77,13 @@ sys.stdin.readline()
 @contextlib.contextmanager
 def other_grid(results: Path) -> Iterator[subprocess.Popen]:
     """Another process publishing a grid's queue on `results` until it is killed."""
-    with subprocess.Popen([sys.executable, "-c", HOLD_QUEUE, str(results)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_QUEUE, str(results)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    ) as proc:
         try:
             assert proc.stdout.readline().strip() == "held"
             yield proc
@@ -90,8 +96,10 @@ def test_queues_of_live_grids_are_seen_and_a_killed_grids_queue_is_ignored(tmp_p
     mine = records.hold_queue(results, [("Pendulum-v1", "reference", 0), ("Pendulum-v1", "reference", 1)])
     with other_grid(results) as other:
         queues = sorted(records.live_queues(results))
-        assert queues == [[("Pendulum-v1", "naive-tanh", 0), ("Pendulum-v1", "reference", 5)],
-                          [("Pendulum-v1", "reference", 0), ("Pendulum-v1", "reference", 1)]]
+        assert queues == [
+            [("Pendulum-v1", "naive-tanh", 0), ("Pendulum-v1", "reference", 5)],
+            [("Pendulum-v1", "reference", 0), ("Pendulum-v1", "reference", 1)],
+        ]
         write_run(results, ENV, "reference", 0, -150.0)  # finished: no longer to come
         assert grid.still_to_come(results) == 3
         other.kill()  # the OS drops its lock; its file stays behind and is ignored
@@ -116,8 +124,9 @@ def test_a_live_report_counts_the_runs_another_grid_on_the_folder_still_has(tmp_
     write_run(results, ENV, "reference", 0, -200.0)
     with other_grid(results):
         lines = []
-        live = LiveReport(results, out, clock=Clock(), log=lines.append,
-                          still_to_come=lambda: grid.still_to_come(results))
+        live = LiveReport(
+            results, out, clock=Clock(), log=lines.append, still_to_come=lambda: grid.still_to_come(results)
+        )
         live(1, 1 + 0 + 1)  # this grid: 1 of 2 done; the other grid: 2 queued, none finished
         assert "2 planned run(s) are still to come" in (out / "index.html").read_text()
         assert "1 of 2 runs of this grid finished, 2 still to come on the folder" in lines[-1]
@@ -127,9 +136,33 @@ def test_a_grid_that_ends_first_reports_the_runs_another_grid_still_has(tmp_path
     results = tmp_path / "grid"
     with other_grid(results):
         done = subprocess.run(
-            [sys.executable, "-m", "harness", "run", "--variants", "reference", "--envs", ENV, "--seeds", "1",
-             "--steps", "300", "--profile", "smoke", "--set", "learning_starts=100", "--set", "hidden_sizes=32,32",
-             "--out", str(results)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "run",
+                "--variants",
+                "reference",
+                "--envs",
+                ENV,
+                "--seeds",
+                "1",
+                "--steps",
+                "300",
+                "--profile",
+                "smoke",
+                "--set",
+                "learning_starts=100",
+                "--set",
+                "hidden_sizes=32,32",
+                "--out",
+                str(results),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr
         page = (tmp_path / "reports" / "grid" / "index.html").read_text()
         assert "2 planned run(s) are still to come" in page  # the other grid's naive-tanh 0 and reference 5

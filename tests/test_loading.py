@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_stats import EVAL_POINTS, FINALS, write_cell, write_run
 
 from harness import records
 from harness.judging import loading, stats
-from test_stats import EVAL_POINTS, FINALS, write_cell, write_run
 
 
 def test_load_runs_reads_folders_not_runs_csv(tmp_path: Path) -> None:

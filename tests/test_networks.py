@@ -4,11 +4,16 @@ import torch
 from variants.networks import _StackedMLP, member_norm, mlp_forward, stacked_matmul
 
 
-@pytest.mark.parametrize("m, k, n", [(256, 256, 1), (256, 256, 2), (256, 4, 256), (256, 256, 8), (256, 1, 256),
-                                     (1, 256, 2), (32, 32, 32), (3, 5, 7)])
+@pytest.mark.parametrize(
+    "m, k, n",
+    [(256, 256, 1), (256, 256, 2), (256, 4, 256), (256, 256, 8), (256, 1, 256), (1, 256, 2), (32, 32, 32), (3, 5, 7)],
+)
 def test_stacked_matmul_is_the_product_in_every_orientation(m, k, n):
     gen = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
-    a, b = torch.randn(3, m, k, generator=gen, dtype=torch.float64), torch.randn(3, k, n, generator=gen, dtype=torch.float64)
+    a, b = (
+        torch.randn(3, m, k, generator=gen, dtype=torch.float64),
+        torch.randn(3, k, n, generator=gen, dtype=torch.float64),
+    )
     out = stacked_matmul(a, b)
     assert out.shape == (3, m, n)
     expected = torch.stack([a[i] @ b[i] for i in range(3)])
@@ -17,15 +22,18 @@ def test_stacked_matmul_is_the_product_in_every_orientation(m, k, n):
 
 # Small widths (gradcheck builds full Jacobians) that take each branch: ragged outputs, a ragged input
 # needing a gradient, all widths whole vectors, a ragged hidden layer, and a ragged batch.
-@pytest.mark.parametrize("batch, sizes", [(32, [5, 32, 32, 1]), (32, [4, 32, 2]), (16, [16, 16, 16]),
-                                          (32, [3, 20, 32, 2]), (1, [32, 32, 8])])
+@pytest.mark.parametrize(
+    "batch, sizes", [(32, [5, 32, 32, 1]), (32, [4, 32, 2]), (16, [16, 16, 16]), (32, [3, 20, 32, 2]), (1, [32, 32, 8])]
+)
 def test_stacked_mlp_gradients_match_finite_differences(batch, sizes):
     gen = torch.Generator().manual_seed(batch + sum(sizes))
     x = torch.randn(2, batch, sizes[0], generator=gen, dtype=torch.float64, requires_grad=True)
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        params += [torch.randn(2, fan_in, fan_out, generator=gen, dtype=torch.float64, requires_grad=True),
-                   torch.randn(2, 1, fan_out, generator=gen, dtype=torch.float64, requires_grad=True)]
+        params += [
+            torch.randn(2, fan_in, fan_out, generator=gen, dtype=torch.float64, requires_grad=True),
+            torch.randn(2, 1, fan_out, generator=gen, dtype=torch.float64, requires_grad=True),
+        ]
     assert torch.autograd.gradcheck(_StackedMLP.apply, (None, x, *params))
 
 
@@ -33,8 +41,12 @@ def test_mlp_input_gradient_through_frozen_weights():
     # As the actor loss through a frozen critic: a gradient for the input only.
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 8, 4, generator=gen, requires_grad=True)
-    params = [torch.randn(2, 4, 16, generator=gen), torch.randn(2, 1, 16, generator=gen),
-              torch.randn(2, 16, 1, generator=gen), torch.randn(2, 1, 1, generator=gen)]
+    params = [
+        torch.randn(2, 4, 16, generator=gen),
+        torch.randn(2, 1, 16, generator=gen),
+        torch.randn(2, 16, 1, generator=gen),
+        torch.randn(2, 1, 1, generator=gen),
+    ]
     out = mlp_forward(params, x)
     (grad_x,) = torch.autograd.grad(out.sum(), [x])
     h = torch.relu(torch.baddbmm(params[1], x, params[0]))
@@ -47,7 +59,10 @@ def test_mlp_forward_and_gradients_equal_baddbmm_autograd():
     sizes = [4, 256, 256, 1]  # a critic: ragged input and output layers, wide hidden layer
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        params += [torch.randn(2, fan_in, fan_out, generator=gen) / fan_in**0.5, torch.randn(2, 1, fan_out, generator=gen)]
+        params += [
+            torch.randn(2, fan_in, fan_out, generator=gen) / fan_in**0.5,
+            torch.randn(2, 1, fan_out, generator=gen),
+        ]
     params = [p.requires_grad_() for p in params]
     x = torch.randn(2, 256, 4, generator=gen, requires_grad=True)
 

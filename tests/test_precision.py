@@ -5,12 +5,12 @@ import dataclasses
 
 import pytest
 import torch
+from helpers import ACT, all_params, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from variants import CATALOG, REFERENCE
 from variants.learner import actor_loss, critic_loss
 from variants.networks import _StackedMLP, layer_dtypes, mlp_forward
-from helpers import ACT, all_params, filled_buffer, make_learner, tiny_spec, train_batched_and_alone
 
 # bfloat16 keeps 8 significant bits: one rounding is off by up to 2^-8 = 0.39%. The losses, targets and
 # log-probs are float32 computations on activations that passed through a bfloat16 layer, so they stay
@@ -82,7 +82,10 @@ def _losses_and_grads(spec, seed):
     learner, buf = make_learner(spec, (seed,)), filled_buffer(1)
     gen = torch.Generator().manual_seed(seed)
     batch = buf.sample(spec.batch_size, [gen])
-    noise_next, noise = torch.randn(1, spec.batch_size, ACT, generator=gen), torch.randn(1, spec.batch_size, ACT, generator=gen)
+    noise_next, noise = (
+        torch.randn(1, spec.batch_size, ACT, generator=gen),
+        torch.randn(1, spec.batch_size, ACT, generator=gen),
+    )
     lc, _, target = critic_loss(learner, batch, noise_next)
     grads = list(torch.autograd.grad(lc.sum(), learner.critic_params.leaves()))
     la, pi = actor_loss(learner, batch, noise, [p.detach() for p in learner.critic])
@@ -110,7 +113,10 @@ def test_mixed_node_gradients_equal_autograd_through_the_same_casts():
     sizes = [4, 64, 64, 64, 1]
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        params += [torch.randn(2, fan_in, fan_out, generator=gen) / fan_in**0.5, torch.randn(2, 1, fan_out, generator=gen) * 0.1]
+        params += [
+            torch.randn(2, fan_in, fan_out, generator=gen) / fan_in**0.5,
+            torch.randn(2, 1, fan_out, generator=gen) * 0.1,
+        ]
     params = [p.requires_grad_() for p in params]
     x = torch.randn(2, 48, 4, generator=gen, requires_grad=True)
     dtypes = layer_dtypes("bf16", 4)
@@ -125,7 +131,9 @@ def test_mixed_node_gradients_equal_autograd_through_the_same_casts():
     torch.testing.assert_close(out, plain(params, x), rtol=1e-5, atol=1e-5)
     got = torch.autograd.grad(out.square().sum(), [x, *params])
     expected = torch.autograd.grad(plain(params, x).square().sum(), [x, *params])
-    bf16_biases = {2 + 2 * layer for layer, dtype in enumerate(dtypes) if dtype == torch.bfloat16}  # in (x, W0, b0, ...)
+    bf16_biases = {
+        2 + 2 * layer for layer, dtype in enumerate(dtypes) if dtype == torch.bfloat16
+    }  # in (x, W0, b0, ...)
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g.dtype == torch.float32
         assert _relative_error(g, e) < (2.0**-8 if i in bf16_biases else 1e-5), i
@@ -133,9 +141,14 @@ def test_mixed_node_gradients_equal_autograd_through_the_same_casts():
 
 def test_bf16_forward_without_grad_equals_the_node_forward():
     gen = torch.Generator().manual_seed(4)
-    params = [torch.randn(3, 5, 32, generator=gen), torch.randn(3, 1, 32, generator=gen),
-              torch.randn(3, 32, 32, generator=gen), torch.randn(3, 1, 32, generator=gen),
-              torch.randn(3, 32, 2, generator=gen), torch.randn(3, 1, 2, generator=gen)]
+    params = [
+        torch.randn(3, 5, 32, generator=gen),
+        torch.randn(3, 1, 32, generator=gen),
+        torch.randn(3, 32, 32, generator=gen),
+        torch.randn(3, 1, 32, generator=gen),
+        torch.randn(3, 32, 2, generator=gen),
+        torch.randn(3, 1, 2, generator=gen),
+    ]
     x = torch.randn(3, 7, 5, generator=gen)
     with torch.no_grad():
         acted = mlp_forward(params, x, "bf16")
@@ -168,5 +181,5 @@ def test_bf16_members_equal_each_seed_trained_alone_bit_for_bit(order, hidden):
     for m, learner in enumerate(alone):
         for stacked, single in zip(all_params(batched), all_params(learner)):
             k = stacked.shape[0] // len(seeds)
-            assert torch.equal(stacked[m * k:(m + 1) * k], single), f"member {m}"
+            assert torch.equal(stacked[m * k : (m + 1) * k], single), f"member {m}"
         assert (batched_diag[m] == learner.read_diagnostics()[1][0]).all(), f"member {m} diagnostics"

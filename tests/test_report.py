@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from harness.judging import figures, loading, normalization, report, stats
+from test_stats import write_cell, write_run
 
 from harness import cli, records
-from test_stats import write_cell, write_run
+from harness.judging import figures, loading, normalization, report, stats
 from variants.catalog import REFERENCE
 
 MALICIOUS = "<img src=x onerror=alert(1)>&\"'"  # a legal folder name that is also HTML
@@ -54,11 +53,23 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 def test_report_writes_tables_figures_and_page(built) -> None:
     _, out, summary = built
-    for name in ("index.html", "runs.csv", "summary.csv", "verdicts.csv", "pairing.csv", "targets.csv",
-                 "late_diagnostics.csv", "learning_curves_Pendulum-v1.png",
-                 "learning_curves_LunarLanderContinuous-v3.png", "aggregate_final_return.png",
-                 "aggregate_auc_return.png", "performance_profile.png", "probability_of_improvement.png",
-                 "diagnostics_Pendulum-v1.png", "run_states.png"):
+    for name in (
+        "index.html",
+        "runs.csv",
+        "summary.csv",
+        "verdicts.csv",
+        "pairing.csv",
+        "targets.csv",
+        "late_diagnostics.csv",
+        "learning_curves_Pendulum-v1.png",
+        "learning_curves_LunarLanderContinuous-v3.png",
+        "aggregate_final_return.png",
+        "aggregate_auc_return.png",
+        "performance_profile.png",
+        "probability_of_improvement.png",
+        "diagnostics_Pendulum-v1.png",
+        "run_states.png",
+    ):
         assert (out / name).is_file(), name
         assert out / name in summary.files
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary file behind
@@ -68,12 +79,20 @@ def test_report_writes_tables_figures_and_page(built) -> None:
         assert png.read_bytes().startswith(b"\x89PNG")
     assert summary.state_counts == {"complete": 36, "failed": 1, "diverged": 1}
     # The page opens with the verdict table, then the differences, the figures and the protocol.
-    positions = [page.index(h) for h in ("<h2>Verdicts", "<h2>Differences", "<h2>Reaching the target",
-                                         "<h2>At the end of training", "<h2>Figures",
-                                         "<h2>Protocol")]
+    positions = [
+        page.index(h)
+        for h in (
+            "<h2>Verdicts",
+            "<h2>Differences",
+            "<h2>Reaching the target",
+            "<h2>At the end of training",
+            "<h2>Figures",
+            "<h2>Protocol",
+        )
+    ]
     assert positions == sorted(positions)
     # Each figure section is headed once, and the performance profiles under their own name.
-    figures = page[page.index("<h2>Figures"):page.index("<h2>Protocol")]
+    figures = page[page.index("<h2>Figures") : page.index("<h2>Protocol")]
     headings = [h.split("</h3>")[0] for h in figures.split("<h3>")[1:]]
     assert len(headings) == len(set(headings)), headings
     assert "Performance profiles" in headings
@@ -96,10 +115,10 @@ def test_failed_diverged_and_corrupt_runs_are_listed(built) -> None:
     page = (out / "index.html").read_text()
     assert "runs/Pendulum-v1/alpha-loss/seed_1" in page and "Warnings" in page
     # The folder without status.json is an unfinished run, listed as such and not among the warnings.
-    warnings_box = page[page.index("<h2>Warnings"):]
+    warnings_box = page[page.index("<h2>Warnings") :]
     warnings_box = warnings_box[: warnings_box.index("</div>")]
     assert "alpha-loss/seed_2" not in warnings_box and "1 run folder(s) could not be read" in warnings_box
-    unfinished = page[page.index("<h3>Unfinished runs"):]
+    unfinished = page[page.index("<h3>Unfinished runs") :]
     assert "alpha-loss/seed_2" in unfinished[: unfinished.index("</ul>")] and "rerun the grid" in unfinished
     assert "RuntimeError: failed on purpose" in page and "RuntimeError: diverged on purpose" in page
     # Both enter the aggregates at their failure score; the corrupt folder does not.
@@ -112,8 +131,9 @@ def test_summary_and_verdict_files(built) -> None:
     summary = read_rows(out / "summary.csv")
     assert list(summary[0]) == ["env", "variant", "metric", "estimate", "ci_low", "ci_high", "n_runs"]
     metrics = {r["metric"] for r in summary}
-    assert metrics == {f"{m}_{a}" for m in ("final_return", "auc_return")
-                       for a in ("iqm", "mean", "median", "optimality_gap")}
+    assert metrics == {
+        f"{m}_{a}" for m in ("final_return", "auc_return") for a in ("iqm", "mean", "median", "optimality_gap")
+    }
     for row in summary:
         assert float(row["ci_low"]) <= float(row["estimate"]) + 1e-9 <= float(row["ci_high"]) + 2e-9
     verdicts = {(r["env"], r["variant"]): r for r in read_rows(out / "verdicts.csv") if r["metric"] == "final_return"}
@@ -130,8 +150,8 @@ def test_summary_and_verdict_files(built) -> None:
 def test_differences_are_generated_from_the_specs(built) -> None:
     _, out, _ = built
     page = (out / "index.html").read_text()
-    section = page[page.index("<h2>Differences"): page.index("<h2>Final return")]
-    naive = section[section.index("<h3>naive-tanh</h3>"):]
+    section = page[page.index("<h2>Differences") : page.index("<h2>Final return")]
+    naive = section[section.index("<h3>naive-tanh</h3>") :]
     naive = naive[: naive.index("</table>")]
     assert "<td>log_prob</td>" in naive and html.escape('"naive"') in naive and html.escape('"softplus"') in naive
     assert naive.count("<tr>") == 2  # header + the one field naive-tanh changes
@@ -148,8 +168,8 @@ def test_a_spec_field_added_after_a_run_was_recorded_is_read_at_its_default(tmp_
         write_run(tmp_path / "res", "Pendulum-v1", "naive-tanh", seed, -160.0 - seed)
     report.build_report(tmp_path / "res", tmp_path / "out", reps=2000)
     page = (tmp_path / "out" / "index.html").read_text()
-    section = page[page.index("<h2>Differences"): page.index("<h2>Final return")]
-    naive = section[section.index("<h3>naive-tanh</h3>"):]
+    section = page[page.index("<h2>Differences") : page.index("<h2>Final return")]
+    naive = section[section.index("<h3>naive-tanh</h3>") :]
     naive = naive[: naive.index("</table>")]
     assert naive.count("<tr>") == 2 and "<td>log_prob</td>" in naive  # header + log_prob, not precision or salt
     assert "different specs" not in section
@@ -162,8 +182,9 @@ def test_every_name_is_escaped(built) -> None:
     assert "<img src=x" not in page
     assert html.escape(MALICIOUS, quote=True) in page
     # Figures of that variant exist but under safe file names.
-    assert all(set(p.name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-               for p in out.iterdir())
+    assert all(
+        set(p.name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") for p in out.iterdir()
+    )
 
 
 def test_same_results_give_a_byte_identical_summary(built, tmp_path: Path) -> None:
@@ -184,8 +205,10 @@ def test_one_env_one_seed_without_reference(tmp_path: Path) -> None:
     verdicts = read_rows(tmp_path / "out" / "verdicts.csv")
     assert {v["verdict"] for v in verdicts} == {stats.NO_REFERENCE}
     iqm = [r for r in read_rows(tmp_path / "out" / "summary.csv") if r["metric"] == "final_return_iqm"]
-    assert [(r["env"], r["estimate"], r["n_runs"]) for r in iqm] == [("Pendulum-v1", "-500.0", "1"),
-                                                                      ("all", repr(float((-500 + 1207.555) / 1057.555)), "1")]
+    assert [(r["env"], r["estimate"], r["n_runs"]) for r in iqm] == [
+        ("Pendulum-v1", "-500.0", "1"),
+        ("all", repr(float((-500 + 1207.555) / 1057.555)), "1"),
+    ]
 
 
 def test_only_failed_runs_still_report(tmp_path: Path) -> None:
@@ -197,8 +220,10 @@ def test_only_failed_runs_still_report(tmp_path: Path) -> None:
     assert summary.state_counts["failed"] == 1
     # Scored as a random policy: the only number it has.
     iqm = [r for r in read_rows(tmp_path / "out" / "summary.csv") if r["metric"] == "final_return_iqm"]
-    assert [(r["env"], float(r["estimate"])) for r in iqm] == [("Pendulum-v1", normalization.R_RANDOM["Pendulum-v1"]),
-                                                               ("all", 0.0)]
+    assert [(r["env"], float(r["estimate"])) for r in iqm] == [
+        ("Pendulum-v1", normalization.R_RANDOM["Pendulum-v1"]),
+        ("all", 0.0),
+    ]
     assert "critic-first" in summary.index_html.read_text()
 
 
@@ -218,23 +243,45 @@ def test_report_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_report_module_does_not_import_the_learner_or_torch() -> None:
     # The report reads files only: importing it (and stats) must not pull in the learner or torch.
-    probe = ("import sys, harness.judging.report, harness.judging.stats; "
-             "bad = [m for m in ('torch', 'variants.learner') if m in sys.modules]; "
-             "print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(report.__file__).parents[2],
-                          capture_output=True, text=True, timeout=120)
+    probe = (
+        "import sys, harness.judging.report, harness.judging.stats; "
+        "bad = [m for m in ('torch', 'variants.learner') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=Path(report.__file__).parents[2], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_variants_with_identical_returns_are_grouped():
     rows = []
     for seed in range(3):
-        for variant, final in (("joint-update", -140.0 - seed), ("policy-first", -140.0 - seed),
-                               ("reference", -150.0 - seed)):
-            rows.append(dict(variant=variant, env="Pendulum-v1", seed=seed, state="complete",
-                             final_return=final, auc_return=final * 2))
-    rows.append(dict(variant="naive-tanh", env="Pendulum-v1", seed=0, state="failed",
-                     final_return=float("nan"), auc_return=float("nan")))
+        for variant, final in (
+            ("joint-update", -140.0 - seed),
+            ("policy-first", -140.0 - seed),
+            ("reference", -150.0 - seed),
+        ):
+            rows.append(
+                dict(
+                    variant=variant,
+                    env="Pendulum-v1",
+                    seed=seed,
+                    state="complete",
+                    final_return=final,
+                    auc_return=final * 2,
+                )
+            )
+    rows.append(
+        dict(
+            variant="naive-tanh",
+            env="Pendulum-v1",
+            seed=0,
+            state="failed",
+            final_return=float("nan"),
+            auc_return=float("nan"),
+        )
+    )
     assert report.identical_variants(pd.DataFrame(rows)) == [["joint-update", "policy-first"]]
     rows[-3]["final_return"] = -1.0  # policy-first seed 2 now differs: no group left
     assert report.identical_variants(pd.DataFrame(rows)) == []
@@ -269,8 +316,11 @@ def test_a_study_in_its_own_folder_is_judged_beside_the_campaigns_reference(tmp_
     assert paths["ref-wide"].startswith(study.as_posix()) and paths["reference"].startswith(campaign.as_posix())
     assert summary.n_runs == 12 and "alpha-loss" not in summary.index_html.read_text()
     # The same report from the campaign's folder alone judges its own three variants.
-    alone = [r for r in read_rows(report.build_report(campaign, tmp_path / "alone").out_dir / "verdicts.csv")
-             if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"]
+    alone = [
+        r
+        for r in read_rows(report.build_report(campaign, tmp_path / "alone").out_dir / "verdicts.csv")
+        if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"
+    ]
     assert sorted(r["variant"] for r in alone) == ["alpha-loss", "naive-tanh"] and alone[0]["family_size"] == "2"
 
 
@@ -281,13 +331,32 @@ def test_report_judges_against_a_named_reference(tmp_path: Path, capsys: pytest.
     write_cell(campaign, "Pendulum-v1", "naive-tanh", FINALS[:4] - 500.0)
     write_cell(study, "Pendulum-v1", "ref-wide", FINALS[:4] - 300.0)
     out = tmp_path / "out"
-    assert cli.main(["report", str(study), str(campaign), "--variants", "ref-wide,reference",
-                     "--reference", "naive-tanh", "--out", str(out)]) == 0
-    rows = {r["variant"]: r for r in read_rows(out / "verdicts.csv")
-            if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"}
+    assert (
+        cli.main(
+            [
+                "report",
+                str(study),
+                str(campaign),
+                "--variants",
+                "ref-wide,reference",
+                "--reference",
+                "naive-tanh",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    rows = {
+        r["variant"]: r
+        for r in read_rows(out / "verdicts.csv")
+        if r["env"] == "Pendulum-v1" and r["metric"] == "final_return"
+    }
     assert set(rows) == {"ref-wide", "reference"} and {r["reference"] for r in rows.values()} == {"naive-tanh"}
     # Every seed of ref-wide is 200 above naive-tanh's, of reference 500 above: the paired differences.
-    per_200 = float(normalization.normalized_score(200.0, "Pendulum-v1") - normalization.normalized_score(0.0, "Pendulum-v1"))
+    per_200 = float(
+        normalization.normalized_score(200.0, "Pendulum-v1") - normalization.normalized_score(0.0, "Pendulum-v1")
+    )
     assert float(rows["ref-wide"]["difference"]) == pytest.approx(per_200)
     assert float(rows["reference"]["difference"]) == pytest.approx(2.5 * per_200)
     assert rows["ref-wide"]["verdict"] == rows["reference"]["verdict"] == stats.BETTER
@@ -300,8 +369,9 @@ def test_report_judges_against_a_named_reference(tmp_path: Path, capsys: pytest.
     assert err.count("\n") == 1 and "no run of ref-typo" in err and not (tmp_path / "none").exists()
 
 
-def test_a_run_recorded_in_two_folders_or_a_variant_with_no_runs_exits_2(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_recorded_in_two_folders_or_a_variant_with_no_runs_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for folder in ("a", "b"):
         write_run(tmp_path / folder, "Pendulum-v1", "reference", 0, -200.0)
     assert report.report_command(tmp_path / "a", tmp_path / "out", also=[tmp_path / "b"]) == 2
@@ -320,42 +390,86 @@ def test_findings_markdown_gives_each_envs_verdicts_as_in_verdicts_csv(built) ->
     assert out / "findings.md" in summary.files
     text = (out / "findings.md").read_text()
     assert text.index("### Pendulum-v1") < text.index("### LunarLanderContinuous-v3")
-    pendulum = text[text.index("### Pendulum-v1"):text.index("### LunarLanderContinuous-v3")]
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in pendulum.splitlines() if line.startswith("| ")}
+    pendulum = text[text.index("### Pendulum-v1") : text.index("### LunarLanderContinuous-v3")]
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in pendulum.splitlines() if line.startswith("| ")
+    }
     verdict = {(r["env"], r["variant"], r["metric"]): r for r in read_rows(out / "verdicts.csv")}
     v = verdict[("Pendulum-v1", "naive-tanh", "final_return")]
-    assert rows["naive-tanh"][4].startswith(f"{stats.WORSE}: {float(v['difference']):+.4f} [{float(v['ci_low']):+.4f}, ")
+    assert rows["naive-tanh"][4].startswith(
+        f"{stats.WORSE}: {float(v['difference']):+.4f} [{float(v['ci_low']):+.4f}, "
+    )
     assert rows["naive-tanh"][1] == "8"
     assert rows["critic-first"][1] == "1 (1 failed)" and rows["critic-first"][4] == stats.TOO_FEW_RUNS
     assert rows["reference"][4:] == ["-", "- |"]
     # Reaching the target: Pendulum's curves end at -200 at best (target -150); on LunarLander (target 200)
     # only the last seed's curve, which rises to 200, reaches it, at its last evaluation.
     assert "| reached -150 (first at) |" in pendulum and rows["reference"][3] == "0/8"
-    lunar = text[text.index("### LunarLanderContinuous-v3"):]
+    lunar = text[text.index("### LunarLanderContinuous-v3") :]
     assert "| reference | 8 | " in lunar and "| 1/8 (at 4k) |" in lunar
-    iqm = [r for r in read_rows(out / "summary.csv")
-           if (r["env"], r["variant"], r["metric"]) == ("Pendulum-v1", "reference", "final_return_iqm")][0]
-    assert rows["reference"][2] == f"{float(iqm['estimate']):.1f} [{float(iqm['ci_low']):.1f}, {float(iqm['ci_high']):.1f}]"
+    iqm = [
+        r
+        for r in read_rows(out / "summary.csv")
+        if (r["env"], r["variant"], r["metric"]) == ("Pendulum-v1", "reference", "final_return_iqm")
+    ][0]
+    assert (
+        rows["reference"][2]
+        == f"{float(iqm['estimate']):.1f} [{float(iqm['ci_low']):.1f}, {float(iqm['ci_high']):.1f}]"
+    )
     assert MALICIOUS.replace("|", "\\|") in pendulum  # a name is one cell
 
 
 def test_findings_decimals_show_two_significant_digits_of_the_interval() -> None:
     from harness.judging.findings import decimals, verdict_cell
-    row = pd.Series({"verdict": stats.WORSE, "difference": -0.0594, "ci_low": -0.1168, "ci_high": -0.0021,
-                     "units": "normalized", "mdd": 0.05})
+
+    row = pd.Series(
+        {
+            "verdict": stats.WORSE,
+            "difference": -0.0594,
+            "ci_low": -0.1168,
+            "ci_high": -0.0021,
+            "units": "normalized",
+            "mdd": 0.05,
+        }
+    )
     assert verdict_cell(row) == "worse: -0.059 [-0.117, -0.002]"  # not [-0.12, -0.00]
     assert verdict_cell(row.copy().replace({-0.0021: -0.021})) == "worse: -0.06 [-0.12, -0.02]"
-    nodiff = pd.Series({"verdict": stats.NO_DIFFERENCE, "difference": 0.41, "ci_low": -0.24, "ci_high": 1.06,
-                        "units": "normalized", "mdd": 0.8206})
+    nodiff = pd.Series(
+        {
+            "verdict": stats.NO_DIFFERENCE,
+            "difference": 0.41,
+            "ci_low": -0.24,
+            "ci_high": 1.06,
+            "units": "normalized",
+            "mdd": 0.8206,
+        }
+    )
     assert verdict_cell(nodiff) == "no detectable difference: +0.41 [-0.24, +1.06]; MDD 0.82"
-    assert [decimals(h) for h in (0.32, 0.058, 0.0035, 0.00031, 12.0, 1e-17, 0.0, float("nan"))] == [2, 2, 3, 4, 2, 4, 4, 2]
+    assert [decimals(h) for h in (0.32, 0.058, 0.0035, 0.00031, 12.0, 1e-17, 0.0, float("nan"))] == [
+        2,
+        2,
+        3,
+        4,
+        2,
+        4,
+        4,
+        2,
+    ]
 
 
 def test_reach_text_gives_how_many_runs_reached_the_target_and_when() -> None:
     from harness.judging.findings import reach_text, step_text
+
     assert [step_text(s) for s in (40000.0, 12500.0, 800.0, 1000.0)] == ["40k", "12.5k", "800", "1k"]
-    row = pd.Series({"n_runs": 3, "n_reached": 2, "first_step_median": 60000.0, "first_step_min": 40000.0,
-                     "first_step_max": 80000.0})
+    row = pd.Series(
+        {
+            "n_runs": 3,
+            "n_reached": 2,
+            "first_step_median": 60000.0,
+            "first_step_min": 40000.0,
+            "first_step_max": 80000.0,
+        }
+    )
     assert reach_text(row) == "2/3 (median 60k; 40k-80k)"
     assert reach_text(row.copy().replace({2: 1})) == "1/3 (at 60k)"
     assert reach_text(row.copy().replace({2: 0})) == "0/3"
@@ -368,30 +482,49 @@ def test_a_report_with_no_comparison_yet_says_so(tmp_path: Path) -> None:
     write_cell(tmp_path / "results", "Pendulum-v1", "naive-tanh", FINALS[:1])
     report.build_report(tmp_path / "results", tmp_path / "out")
     page = (tmp_path / "out" / "index.html").read_text()
-    assert f"none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs" in page and "the 0 final-return" not in page
+    assert (
+        f"none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs" in page and "the 0 final-return" not in page
+    )
     findings = (tmp_path / "out" / "findings.md").read_text()
     assert "No verdict yet" in findings and "family of 0" not in findings
-    assert (f"| naive-tanh | 1 | {FINALS[0]:.1f} [{FINALS[0]:.1f}, {FINALS[0]:.1f}] | 0/1 | {stats.TOO_FEW_RUNS} | "
-            f"{stats.TOO_FEW_RUNS} |") in findings
+    assert (
+        f"| naive-tanh | 1 | {FINALS[0]:.1f} [{FINALS[0]:.1f}, {FINALS[0]:.1f}] | 0/1 | {stats.TOO_FEW_RUNS} | "
+        f"{stats.TOO_FEW_RUNS} |"
+    ) in findings
 
 
 def test_aggregate_rows_carry_their_run_counts() -> None:
-    pooled = pd.DataFrame({
-        "variant": ["reference", "reference", "ref-scale-10", "ref-scale-10"],
-        "metric": ["final_return_iqm", "final_return_mean"] * 2,
-        "n_runs": [5, 5, 2, 2],
-    })
-    assert figures.aggregate_row_labels(pooled) == {"reference": "reference (n 5)", "ref-scale-10": "ref-scale-10 (n 2)"}
+    pooled = pd.DataFrame(
+        {
+            "variant": ["reference", "reference", "ref-scale-10", "ref-scale-10"],
+            "metric": ["final_return_iqm", "final_return_mean"] * 2,
+            "n_runs": [5, 5, 2, 2],
+        }
+    )
+    assert figures.aggregate_row_labels(pooled) == {
+        "reference": "reference (n 5)",
+        "ref-scale-10": "ref-scale-10 (n 2)",
+    }
 
 
 @pytest.mark.parametrize("n_variants", [1, 2, 5, 10])
 def test_aggregate_axis_label_clears_the_tick_labels(n_variants: int) -> None:
     names = [f"variant-{i}" for i in range(n_variants)]
-    summary = pd.DataFrame([
-        {"env": stats.ALL_ENVS, "variant": name, "metric": f"final_return_{aggregate}", "n_runs": 5,
-         "estimate": 0.5, "ci_low": 0.25, "ci_high": 0.75}
-        for name in names for aggregate in stats.AGGREGATES
-    ])
+    summary = pd.DataFrame(
+        [
+            {
+                "env": stats.ALL_ENVS,
+                "variant": name,
+                "metric": f"final_return_{aggregate}",
+                "n_runs": 5,
+                "estimate": 0.5,
+                "ci_low": 0.25,
+                "ci_high": 0.75,
+            }
+            for name in names
+            for aggregate in stats.AGGREGATES
+        ]
+    )
     fig = figures.aggregate_intervals_figure(summary, "final_return", {name: "black" for name in names})
     assert fig is not None
     renderer = fig.canvas.get_renderer()

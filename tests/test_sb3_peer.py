@@ -22,8 +22,9 @@ from harness.running.profiles import Budget
 from harness.running.train import Interrupted, Job, eval_reset_seeds
 from variants.catalog import CATALOG, distinct_variants
 
-needs_sb3 = pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
-                               reason='needs Stable-Baselines3 (pip install -e ".[sb3]")')
+needs_sb3 = pytest.mark.skipif(
+    importlib.util.find_spec("stable_baselines3") is None, reason='needs Stable-Baselines3 (pip install -e ".[sb3]")'
+)
 
 ENV = "Pendulum-v1"
 # Small enough to train in a second or two; learning_starts + 1 >= batch_size, as spec_problems asks.
@@ -36,8 +37,17 @@ CURVES = ("eval.csv", "train.csv", "diagnostics.csv")
 def job_for(out, variant="sb3-sac", seeds=(0,), env_id=ENV, budget=BUDGET, **changes) -> Job:
     entry = CATALOG[variant]
     spec = dataclasses.replace(entry.spec, **{**TINY, **changes})
-    return Job(variant, entry.description, spec, {}, env_id, tuple(seeds), budget, str(out),
-               implementation=entry.implementation)
+    return Job(
+        variant,
+        entry.description,
+        spec,
+        {},
+        env_id,
+        tuple(seeds),
+        budget,
+        str(out),
+        implementation=entry.implementation,
+    )
 
 
 def run_path(out, seed, variant="sb3-sac", env_id=ENV):
@@ -57,7 +67,9 @@ def test_same_seed_gives_identical_records_and_another_seed_differs(tmp_path):
     other = pd.read_csv(run_path(tmp_path / "c", 1) / "eval.csv")
     assert not np.array_equal(evals["return_mean"], other["return_mean"])
     # The records count the updates SB3 made: one per step after the warm-up.
-    assert pd.read_csv(run_path(tmp_path / "a", 0) / "diagnostics.csv")["updates"].sum() == STEPS - TINY["learning_starts"]
+    assert (
+        pd.read_csv(run_path(tmp_path / "a", 0) / "diagnostics.csv")["updates"].sum() == STEPS - TINY["learning_starts"]
+    )
 
 
 class RecordingResets(gym.vector.VectorWrapper):
@@ -79,7 +91,9 @@ def test_evaluation_and_training_envs_are_reset_with_the_native_seeds(tmp_path, 
     seen: dict[str, list] = {"sb3": [], "native": []}
     for module, key in ((sb3_peer, "sb3"), (train, "native")):
         make = module.make_vector_env
-        monkeypatch.setattr(module, "make_vector_env", lambda env, n, make=make, key=key: RecordingResets(make(env, n), seen[key]))
+        monkeypatch.setattr(
+            module, "make_vector_env", lambda env, n, make=make, key=key: RecordingResets(make(env, n), seen[key])
+        )
     run_job(job_for(tmp_path / "sb3", seeds=(3,)))
     run_job(job_for(tmp_path / "native", variant="reference", seeds=(3,)))
     expected = eval_reset_seeds((3,), BUDGET.eval_episodes)
@@ -130,15 +144,45 @@ def test_time_limit_truncation_bootstraps_from_the_last_observation(tmp_path):
 @pytest.mark.slow  # about 13 s: four runs with the smoke profile's 20 evaluations
 def test_grid_of_reference_and_sb3_writes_the_same_records(tmp_path, capsys):
     out = tmp_path / "grid"
-    code = main(["run", "--variants", "reference,sb3-sac", "--envs", ENV, "--seeds", "2", "--steps", "200",
-                 "--profile", "smoke", "--members", "2", "--workers", "1", "--out", str(out), "--no-report",
-                 "--set", "learning_starts=64", "--set", "batch_size=64", "--set", "hidden_sizes=16,16"])
+    code = main(
+        [
+            "run",
+            "--variants",
+            "reference,sb3-sac",
+            "--envs",
+            ENV,
+            "--seeds",
+            "2",
+            "--steps",
+            "200",
+            "--profile",
+            "smoke",
+            "--members",
+            "2",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--no-report",
+            "--set",
+            "learning_starts=64",
+            "--set",
+            "batch_size=64",
+            "--set",
+            "hidden_sizes=16,16",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     runs = pd.read_csv(out / "runs.csv")
     assert sorted(zip(runs.variant, runs.seed, runs.state, runs.env_steps)) == [
-        ("reference", 0, "complete", 200), ("reference", 1, "complete", 200),
-        ("sb3-sac", 0, "complete", 200), ("sb3-sac", 1, "complete", 200)]
-    native = {p.name for p in run_path(out, 0, "reference").iterdir()} - {"policy.pt"}  # the export reads a native learner
+        ("reference", 0, "complete", 200),
+        ("reference", 1, "complete", 200),
+        ("sb3-sac", 0, "complete", 200),
+        ("sb3-sac", 1, "complete", 200),
+    ]
+    native = {p.name for p in run_path(out, 0, "reference").iterdir()} - {
+        "policy.pt"
+    }  # the export reads a native learner
     for seed in (0, 1):
         folder = run_path(out, seed)
         assert {p.name for p in folder.iterdir()} == native
@@ -146,14 +190,44 @@ def test_grid_of_reference_and_sb3_writes_the_same_records(tmp_path, capsys):
         assert config["implementation"] == "sb3" and config["members"] == 1  # --members batches native seeds only
         assert config["versions"]["stable_baselines3"]
         diagnostics = pd.read_csv(folder / "diagnostics.csv")
-        assert list(diagnostics.columns) == list(pd.read_csv(run_path(out, seed, "reference") / "diagnostics.csv").columns)
+        assert list(diagnostics.columns) == list(
+            pd.read_csv(run_path(out, seed, "reference") / "diagnostics.csv").columns
+        )
         assert diagnostics[["critic_loss", "actor_loss", "alpha", "alpha_loss"]].notna().all().all()
         assert diagnostics["entropy"].isna().all() and (diagnostics["nonfinite_count"] == 0).all()
     assert json.loads((run_path(out, 0, "reference") / "config.json").read_text())["members"] == 2
     # A rerun skips every finished run, sb3's included.
-    assert main(["run", "--variants", "reference,sb3-sac", "--envs", ENV, "--seeds", "2", "--steps", "200",
-                 "--profile", "smoke", "--members", "2", "--workers", "1", "--out", str(out), "--no-report",
-                 "--set", "learning_starts=64", "--set", "batch_size=64", "--set", "hidden_sizes=16,16"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--variants",
+                "reference,sb3-sac",
+                "--envs",
+                ENV,
+                "--seeds",
+                "2",
+                "--steps",
+                "200",
+                "--profile",
+                "smoke",
+                "--members",
+                "2",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+                "--no-report",
+                "--set",
+                "learning_starts=64",
+                "--set",
+                "batch_size=64",
+                "--set",
+                "hidden_sizes=16,16",
+            ]
+        )
+        == 0
+    )
     assert "4 already finished, 0 jobs" in capsys.readouterr().out
 
 
@@ -224,8 +298,23 @@ def test_spec_problems_name_what_sb3_cannot_do():
 
 @needs_sb3
 def test_an_sb3_spec_it_cannot_train_is_a_usage_error(tmp_path, capsys):
-    assert main(["run", "--variants", "sb3-sac", "--envs", ENV, "--set", "log_prob=softplus",
-                 "--out", str(tmp_path), "--no-report"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--variants",
+                "sb3-sac",
+                "--envs",
+                ENV,
+                "--set",
+                "log_prob=softplus",
+                "--out",
+                str(tmp_path),
+                "--no-report",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "log_prob='softplus'" in err and "Traceback" not in err
 

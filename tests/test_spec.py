@@ -22,8 +22,12 @@ def test_parse_override_types():
 
 @pytest.mark.parametrize(
     "text, message",
-    [("gama=1", "unknown field; valid fields: log_prob"), ("gamma=abc", "expected float"),
-     ("batch_size=1.5", "not an integer"), ("gamma", "expected KEY=VALUE")],
+    [
+        ("gama=1", "unknown field; valid fields: log_prob"),
+        ("gamma=abc", "expected float"),
+        ("batch_size=1.5", "not an integer"),
+        ("gamma", "expected KEY=VALUE"),
+    ],
 )
 def test_parse_override_errors(text, message):
     with pytest.raises(ValueError, match=message):
@@ -46,8 +50,14 @@ def test_spec_is_frozen():
 
 
 def test_single_detail_variants_differ_in_one_field():
-    expected = {"naive-tanh": {"log_prob"}, "joint-update": {"update_order"}, "policy-first": {"update_order"},
-                "critic-first": {"update_order"}, "alpha-loss": {"alpha_loss"}, "reward-scaled": {"reward"}}
+    expected = {
+        "naive-tanh": {"log_prob"},
+        "joint-update": {"update_order"},
+        "policy-first": {"update_order"},
+        "critic-first": {"update_order"},
+        "alpha-loss": {"alpha_loss"},
+        "reward-scaled": {"reward"},
+    }
     for name, fields in expected.items():
         assert set(CATALOG[name].spec.differences(REFERENCE)) == fields, name
     assert CATALOG["reference"].spec == REFERENCE
@@ -55,12 +65,33 @@ def test_single_detail_variants_differ_in_one_field():
 
 def test_source_presets_are_faithful():
     auto = CATALOG["sac-auto"].spec
-    assert (auto.lr_actor, auto.lr_critic, auto.lr_alpha, auto.batch_size, auto.learning_starts) == (1e-3, 1e-3, 1e-3, 128, 1000)
-    assert (auto.initial_alpha, auto.alpha_loss, auto.log_prob, auto.update_order) == (0.2, "log_alpha", "softplus", "sequential")
+    assert (auto.lr_actor, auto.lr_critic, auto.lr_alpha, auto.batch_size, auto.learning_starts) == (
+        1e-3,
+        1e-3,
+        1e-3,
+        128,
+        1000,
+    )
+    assert (auto.initial_alpha, auto.alpha_loss, auto.log_prob, auto.update_order) == (
+        0.2,
+        "log_alpha",
+        "softplus",
+        "sequential",
+    )
     assert (auto.log_std_min, auto.log_std_max) == (-20.0, 2.0)
     blog = CATALOG["blog-sac2"].spec
-    assert (blog.log_prob, blog.update_order, blog.init, blog.hidden_sizes) == ("naive-scaled", "policy-first", "xavier", (256, 256, 256))
-    assert (blog.lr_actor, blog.batch_size, blog.initial_alpha, blog.resolved_initial_log_alpha()) == (3e-4, 128, 0.036, 0.0)
+    assert (blog.log_prob, blog.update_order, blog.init, blog.hidden_sizes) == (
+        "naive-scaled",
+        "policy-first",
+        "xavier",
+        (256, 256, 256),
+    )
+    assert (blog.lr_actor, blog.batch_size, blog.initial_alpha, blog.resolved_initial_log_alpha()) == (
+        3e-4,
+        128,
+        0.036,
+        0.0,
+    )
     assert blog.action_rescale == "unscaled-stochastic"
 
 
@@ -77,7 +108,6 @@ def test_salt_zero_keeps_the_seed_and_other_salts_draw_new_streams():
 
 def test_salted_learners_start_from_other_weights_and_repeat_themselves():
     import torch
-
     from helpers import all_params, make_learner, tiny_spec
 
     base = all_params(make_learner(tiny_spec(), seeds=(3,)))

@@ -6,8 +6,8 @@ Results folders are synthetic: the schema files of results/README.md written dir
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -15,20 +15,40 @@ import pytest
 import scipy.stats
 from rliable import metrics as rly_metrics
 
-from harness.judging import inference, loading, normalization, stats
-
 from harness import records
+from harness.judging import inference, loading, normalization, stats
 from variants.catalog import CATALOG, REFERENCE
 
-DIAGNOSTIC_COLUMNS = ("env_step", "updates", "critic_loss", "actor_loss", "alpha", "alpha_loss", "entropy", "q_mean",
-                      "q_target_mean", "td_abs_mean", "grad_norm_actor", "grad_norm_critic", "saturation_fraction",
-                      "log_prob_gap", "nonfinite_count")
+DIAGNOSTIC_COLUMNS = (
+    "env_step",
+    "updates",
+    "critic_loss",
+    "actor_loss",
+    "alpha",
+    "alpha_loss",
+    "entropy",
+    "q_mean",
+    "q_target_mean",
+    "td_abs_mean",
+    "grad_norm_actor",
+    "grad_norm_critic",
+    "saturation_fraction",
+    "log_prob_gap",
+    "nonfinite_count",
+)
 TOTAL_STEPS = 4000
 EVAL_POINTS = 4
 
 
-def write_run(root: Path, env: str, variant: str, seed: int, final_return: float = 0.0, state: str = "complete",
-              spec: dict | None = None) -> Path:
+def write_run(
+    root: Path,
+    env: str,
+    variant: str,
+    seed: int,
+    final_return: float = 0.0,
+    state: str = "complete",
+    spec: dict | None = None,
+) -> Path:
     """Write one run folder in the results schema; the eval curve rises linearly to `final_return`.
 
     A failed or diverged run stops halfway with no final_return, as the harness records it.
@@ -36,13 +56,31 @@ def write_run(root: Path, env: str, variant: str, seed: int, final_return: float
     folder = records.run_dir(root, env, variant, seed)
     if spec is None:
         spec = (CATALOG[variant].spec if variant in CATALOG else REFERENCE).to_dict()
-    records.write_json(folder / "config.json", {
-        "variant": variant, "description": f"synthetic {variant}", "spec": spec, "overrides": {}, "env": env,
-        "seed": seed, "budget": {"profile": "test", "total_steps": TOTAL_STEPS, "eval_every": TOTAL_STEPS // EVAL_POINTS,
-                                 "eval_points": EVAL_POINTS, "eval_episodes": 3, "diag_every": 1000},
-        "device": "cpu", "members": 1, "versions": {"python": "3.11", "torch": "test"}, "git_commit": "0123abc",
-        "platform": {"system": "Linux", "machine": "x86_64"}, "command": ["python", "-m", "harness", "run"],
-    })
+    records.write_json(
+        folder / "config.json",
+        {
+            "variant": variant,
+            "description": f"synthetic {variant}",
+            "spec": spec,
+            "overrides": {},
+            "env": env,
+            "seed": seed,
+            "budget": {
+                "profile": "test",
+                "total_steps": TOTAL_STEPS,
+                "eval_every": TOTAL_STEPS // EVAL_POINTS,
+                "eval_points": EVAL_POINTS,
+                "eval_episodes": 3,
+                "diag_every": 1000,
+            },
+            "device": "cpu",
+            "members": 1,
+            "versions": {"python": "3.11", "torch": "test"},
+            "git_commit": "0123abc",
+            "platform": {"system": "Linux", "machine": "x86_64"},
+            "command": ["python", "-m", "harness", "run"],
+        },
+    )
     complete = state == "complete"
     points = EVAL_POINTS if complete else EVAL_POINTS // 2
     steps = [i * TOTAL_STEPS // EVAL_POINTS for i in range(1, points + 1)]
@@ -51,16 +89,37 @@ def write_run(root: Path, env: str, variant: str, seed: int, final_return: float
     records.write_csv(folder / "train.csv", records.TRAIN_COLUMNS, [(200, -1000.0, 200)])
     diag_rows = [(s, 1000, 1.0 + seed, 0.5, 0.2, 0.1, -1.0, -50.0, -50.0, 1.0, 1.0, 1.0, 0.01, 0.0, 0) for s in steps]
     if state == "diverged":
-        diag_rows[-1] = (steps[-1], 1000, float("nan"), float("inf"), 0.2, 0.1, -1.0, float("nan"), -50.0, 1.0,
-                         1.0, 1.0, 0.01, 0.0, 7)
+        diag_rows[-1] = (
+            steps[-1],
+            1000,
+            float("nan"),
+            float("inf"),
+            0.2,
+            0.1,
+            -1.0,
+            float("nan"),
+            -50.0,
+            1.0,
+            1.0,
+            1.0,
+            0.01,
+            0.0,
+            7,
+        )
     records.write_csv(folder / "diagnostics.csv", DIAGNOSTIC_COLUMNS, diag_rows)
-    records.write_json(folder / "status.json", {
-        "state": state, "env_steps": TOTAL_STEPS if complete else steps[-1], "wall_s": 1.5, "steps_per_s": 100.0,
-        "error": None if complete else f"RuntimeError: {state} on purpose\nTraceback ...",
-        "error_step": None if complete else steps[-1],
-        "final_return": means[-1] if complete else None,
-        "auc_return": float(np.mean(means)) if complete else None,
-    })
+    records.write_json(
+        folder / "status.json",
+        {
+            "state": state,
+            "env_steps": TOTAL_STEPS if complete else steps[-1],
+            "wall_s": 1.5,
+            "steps_per_s": 100.0,
+            "error": None if complete else f"RuntimeError: {state} on purpose\nTraceback ...",
+            "error_step": None if complete else steps[-1],
+            "final_return": means[-1] if complete else None,
+            "auc_return": float(np.mean(means)) if complete else None,
+        },
+    )
     return folder
 
 
@@ -140,12 +199,13 @@ def test_all_envs_aggregate_uses_normalized_scores(tmp_path: Path) -> None:
     summary = stats.summary_table(runs)
     pooled = summary[summary["env"] == "all"].set_index("metric")
     p = (np.array(pendulum) + 1207.555) / (-150.0 + 1207.555)
-    l = (np.array(lunar) + 212.676) / (200.0 + 212.676)
-    assert pooled.loc["final_return_mean", "estimate"] == pytest.approx((p.mean() + l.mean()) / 2)
-    assert pooled.loc["final_return_median", "estimate"] == pytest.approx((p.mean() + l.mean()) / 2)
-    assert pooled.loc["final_return_iqm", "estimate"] == pytest.approx(scipy.stats.trim_mean(np.r_[p, l], 0.25))
+    q = (np.array(lunar) + 212.676) / (200.0 + 212.676)
+    assert pooled.loc["final_return_mean", "estimate"] == pytest.approx((p.mean() + q.mean()) / 2)
+    assert pooled.loc["final_return_median", "estimate"] == pytest.approx((p.mean() + q.mean()) / 2)
+    assert pooled.loc["final_return_iqm", "estimate"] == pytest.approx(scipy.stats.trim_mean(np.r_[p, q], 0.25))
     assert pooled.loc["final_return_optimality_gap", "estimate"] == pytest.approx(
-        1 - (np.minimum(p, 1).mean() + np.minimum(l, 1).mean()) / 2)
+        1 - (np.minimum(p, 1).mean() + np.minimum(q, 1).mean()) / 2
+    )
     assert pooled.loc["final_return_iqm", "n_runs"] == 7
 
 
@@ -229,8 +289,11 @@ def test_three_paired_runs_get_the_hand_computed_t_interval(tmp_path: Path) -> N
     write_cell(tmp_path, "MountainCarContinuous-v0", "reference", [-300.0, -290.0, -280.0])
     write_cell(tmp_path, "MountainCarContinuous-v0", "naive-tanh", [-200.0, -180.0, -190.0])
     runs, _ = loading.load_runs(tmp_path)
-    row = stats.verdict_table(runs, "reference").set_index(["env", "variant"]).loc[
-        ("MountainCarContinuous-v0", "naive-tanh")]
+    row = (
+        stats.verdict_table(runs, "reference")
+        .set_index(["env", "variant"])
+        .loc[("MountainCarContinuous-v0", "naive-tanh")]
+    )
     # mean 100, sd 10, se 10 / sqrt(3); one comparison, so the 95% interval: t(0.975, 2) = 4.302653.
     half = 4.302653 * 10 / np.sqrt(3)
     assert row["paired"] and row["family_size"] == 1 and row["units"] == "return"
@@ -285,8 +348,14 @@ def test_a_diverged_run_lowers_its_variants_score(tmp_path: Path) -> None:
     assert row["auc_return"] == pytest.approx(np.mean(evals + [floor] * 2))
     survivors = stats.summary_table(data.runs)
     counted = stats.summary_table(scored)
-    pick = lambda t: t[(t["env"] == "Pendulum-v1") & (t["variant"] == "naive-tanh")  # noqa: E731
-                       & (t["metric"] == "final_return_mean")].iloc[0]
+
+    def pick(t):
+        return t[
+            (t["env"] == "Pendulum-v1")
+            & (t["variant"] == "naive-tanh")  # noqa: E731
+            & (t["metric"] == "final_return_mean")
+        ].iloc[0]
+
     assert pick(survivors)["n_runs"] == 3 and pick(counted)["n_runs"] == 4
     assert pick(counted)["estimate"] < pick(survivors)["estimate"]
 
@@ -305,8 +374,9 @@ def test_first_reach_steps_and_target_table_on_hand_computed_curves(tmp_path: Pa
     assert got[("naive-tanh", 0)] == 1000 and np.isnan(got[("naive-tanh", 1)])
     assert set(first["env"]) == {"Pendulum-v1"} and (first["target"] == -150.0).all()
     table = stats.target_table(first).set_index("variant")
-    assert tuple(table.loc["reference", ["n_runs", "n_reached", "first_step_median", "first_step_min",
-                                         "first_step_max"]]) == (3, 2, 3000.0, 2000.0, 4000.0)
+    assert tuple(
+        table.loc["reference", ["n_runs", "n_reached", "first_step_median", "first_step_min", "first_step_max"]]
+    ) == (3, 2, 3000.0, 2000.0, 4000.0)
     assert tuple(table.loc["naive-tanh", ["n_runs", "n_reached", "first_step_median"]]) == (2, 1, 1000.0)
     empty = stats.target_table(first[first["variant"] == "none"])
     assert empty.empty and list(empty.columns) == list(stats.TARGET_COLUMNS)
@@ -314,20 +384,48 @@ def test_first_reach_steps_and_target_table_on_hand_computed_curves(tmp_path: Pa
 
 def test_late_diagnostics_on_hand_computed_values() -> None:
     steps = [250, 500, 750, 1000]
-    runs = pd.DataFrame({"env": "Pendulum-v1", "variant": ["naive-tanh", "reference", "reference", "reference"],
-                         "seed": [0, 0, 1, 2], "state": ["complete", "complete", "complete", "diverged"]})
-    alphas = {("naive-tanh", 0): [9.0, 9.0, 7.0, 7.0], ("reference", 0): [1.0, 2.0, 3.0, 5.0],
-              ("reference", 1): [0.0, 0.0, 1.0, np.inf], ("reference", 2): [100.0] * 4}
-    diagnostics = pd.DataFrame([{"env": "Pendulum-v1", "variant": v, "seed": k, "env_step": step, "alpha": a,
-                                 "entropy": -1.0}
-                                for (v, k), values in alphas.items() for step, a in zip(steps, values)])
+    runs = pd.DataFrame(
+        {
+            "env": "Pendulum-v1",
+            "variant": ["naive-tanh", "reference", "reference", "reference"],
+            "seed": [0, 0, 1, 2],
+            "state": ["complete", "complete", "complete", "diverged"],
+        }
+    )
+    alphas = {
+        ("naive-tanh", 0): [9.0, 9.0, 7.0, 7.0],
+        ("reference", 0): [1.0, 2.0, 3.0, 5.0],
+        ("reference", 1): [0.0, 0.0, 1.0, np.inf],
+        ("reference", 2): [100.0] * 4,
+    }
+    diagnostics = pd.DataFrame(
+        [
+            {"env": "Pendulum-v1", "variant": v, "seed": k, "env_step": step, "alpha": a, "entropy": -1.0}
+            for (v, k), values in alphas.items()
+            for step, a in zip(steps, values)
+        ]
+    )
     table = stats.late_diagnostics(diagnostics, runs, fraction=0.5, columns=("alpha", "entropy"))
-    assert list(table.columns) == ["env", "variant", "n_runs", "alpha_median", "alpha_min", "alpha_max",
-                                   "entropy_median", "entropy_min", "entropy_max"]
+    assert list(table.columns) == [
+        "env",
+        "variant",
+        "n_runs",
+        "alpha_median",
+        "alpha_min",
+        "alpha_max",
+        "entropy_median",
+        "entropy_min",
+        "entropy_max",
+    ]
     assert list(table["variant"]) == ["reference", "naive-tanh"]  # catalog order
     reference = table.iloc[0]
     # Steps after 500 of 1000: seed 0 (3 + 5) / 2 = 4; seed 1 1 (the inf is left out); seed 2 diverged: out.
-    assert (reference["n_runs"], reference["alpha_median"], reference["alpha_min"], reference["alpha_max"]) == (2, 2.5, 1.0, 4.0)
+    assert (reference["n_runs"], reference["alpha_median"], reference["alpha_min"], reference["alpha_max"]) == (
+        2,
+        2.5,
+        1.0,
+        4.0,
+    )
     assert table.iloc[1]["alpha_median"] == 7.0 and (table["entropy_median"] == -1.0).all()
     none = stats.late_diagnostics(diagnostics, runs.assign(state="failed"), columns=("alpha",))
     assert none.empty and list(none.columns) == ["env", "variant", "n_runs", "alpha_median", "alpha_min", "alpha_max"]

@@ -5,13 +5,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import filled_buffer, make_learner, tiny_spec
 
 from harness.running.envs import LockstepEnvs, make_vector_env
 from harness.running.profiles import budget_for
-from harness.running.train import Interrupted, Job, MemberRecord, _record_diagnostics, checkpoint_path, store_transition, train_job
+from harness.running.train import (
+    Interrupted,
+    Job,
+    MemberRecord,
+    _record_diagnostics,
+    checkpoint_path,
+    store_transition,
+    train_job,
+)
 from variants import CATALOG, REFERENCE
 from variants.buffer import ReplayBuffer
-from helpers import filled_buffer, make_learner, tiny_spec
 
 FAST = dict(hidden_sizes=(32, 32), batch_size=64, learning_starts=100)
 
@@ -19,14 +27,23 @@ FAST = dict(hidden_sizes=(32, 32), batch_size=64, learning_starts=100)
 def job_for(tmp_path, variant="reference", seeds=(0,), steps=300, env_id="Pendulum-v1", **changes):
     entry = CATALOG[variant]
     spec = dataclasses.replace(entry.spec, **changes)
-    return Job(variant, entry.description, spec, changes, env_id, tuple(seeds), budget_for("smoke", env_id, steps), str(tmp_path))
+    return Job(
+        variant,
+        entry.description,
+        spec,
+        changes,
+        env_id,
+        tuple(seeds),
+        budget_for("smoke", env_id, steps),
+        str(tmp_path),
+    )
 
 
 def test_truncated_transition_stores_final_obs_and_keeps_bootstrap():
     envs = LockstepEnvs("Pendulum-v1", 1)
     buf = ReplayBuffer(1, 300, 3, 1)
     obs = envs.reset([0])
-    for t in range(200):
+    for _t in range(200):
         action = np.zeros((1, 1), dtype=np.float32)
         next_obs, reward, terminated, truncated, final_obs = envs.step(action)
         done = store_transition(buf, REFERENCE, "Pendulum-v1", obs, action, reward, final_obs, terminated, truncated)
@@ -40,8 +57,17 @@ def test_truncated_transition_stores_final_obs_and_keeps_bootstrap():
 
 def test_terminated_transition_is_flagged():
     buf = ReplayBuffer(2, 4, 2, 1)
-    store_transition(buf, REFERENCE, "Pendulum-v1", np.zeros((2, 2)), np.zeros((2, 1)), np.array([1.0, 2.0]),
-                     np.array([[9.0, 9.0], [7.0, 7.0]]), np.array([True, False]), np.array([False, True]))
+    store_transition(
+        buf,
+        REFERENCE,
+        "Pendulum-v1",
+        np.zeros((2, 2)),
+        np.zeros((2, 1)),
+        np.array([1.0, 2.0]),
+        np.array([[9.0, 9.0], [7.0, 7.0]]),
+        np.array([True, False]),
+        np.array([False, True]),
+    )
     assert buf.terminated[:, 0].tolist() == [1.0, 0.0]
     assert buf.next_obs[:, 0].tolist() == [[9.0, 9.0], [7.0, 7.0]]
 
@@ -123,8 +149,11 @@ def test_returns_are_unscaled_under_reward_scaling(tmp_path):
     fast = dict(FAST, learning_starts=250)
     train_job(job_for(tmp_path / "a", **fast))
     scaled = train_job(job_for(tmp_path / "b", reward="scale", reward_scale=100.0, **fast))
+
     # The first episode is all warm-up actions, identical in both runs: same environment return.
-    first = lambda p: (p / "runs/Pendulum-v1/reference/seed_0/train.csv").read_text().splitlines()[1]
+    def first(p):
+        return (p / "runs/Pendulum-v1/reference/seed_0/train.csv").read_text().splitlines()[1]
+
     assert first(tmp_path / "a") == first(tmp_path / "b")
     # A Pendulum step costs at most 16.27, so an episode returns at least -3254; x100 would be far below.
     assert -3254 < scaled[0]["final_return"] < 0

@@ -92,13 +92,16 @@ def test_user_class_and_factory_are_made_with_their_kwargs():
     assert env_info("harness.running.envs:Pendulum-v1").obs_dim == 3
 
 
-@pytest.mark.parametrize("entry, message", [
-    ("CartPole-v1", "Discrete(2), not a Box"),
-    ("NoSuchEnv-v0", "NoSuchEnv"),
-    (f"{__name__}:UnboundedActions", "unbounded"),
-    (f"{__name__}:Missing", "has no attribute 'Missing'"),
-    ("no_such_module_xyz:Env", "No module named 'no_such_module_xyz'"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("CartPole-v1", "Discrete(2), not a Box"),
+        ("NoSuchEnv-v0", "NoSuchEnv"),
+        (f"{__name__}:UnboundedActions", "unbounded"),
+        (f"{__name__}:Missing", "has no attribute 'Missing'"),
+        ("no_such_module_xyz:Env", "No module named 'no_such_module_xyz'"),
+    ],
+)
 def test_envs_that_cannot_be_trained_exit_2_with_one_line(tmp_path, capsys, entry, message):
     code = main(["run", "--variants", "reference", "--envs", entry, "--steps", "100", "--out", str(tmp_path)])
     assert code == 2
@@ -110,11 +113,43 @@ def test_envs_that_cannot_be_trained_exit_2_with_one_line(tmp_path, capsys, entr
 def test_an_env_without_a_profile_budget_needs_steps(tmp_path, capsys):
     assert main(["run", "--variants", "reference", "--envs", "MountainCarContinuous-v0", "--out", str(tmp_path)]) == 2
     assert "give --steps" in _one_line_error(capsys)
-    assert main(["run", "--variants", "reference", "--envs", POINT_MASS, "--env-kwargs", "{horizon: 3}",
-                 "--steps", "100", "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--variants",
+                "reference",
+                "--envs",
+                POINT_MASS,
+                "--env-kwargs",
+                "{horizon: 3}",
+                "--steps",
+                "100",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "--env-kwargs" in _one_line_error(capsys)
-    assert main(["run", "--variants", "reference", "--envs", POINT_MASS, "--env-kwargs", '{"size": 3}',
-                 "--steps", "100", "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--variants",
+                "reference",
+                "--envs",
+                POINT_MASS,
+                "--env-kwargs",
+                '{"size": 3}',
+                "--steps",
+                "100",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "unexpected keyword argument 'size'" in _one_line_error(capsys)
 
 
@@ -122,7 +157,12 @@ def test_identity_of_a_registered_env_is_unchanged_and_a_user_env_carries_its_kw
     old = {"variant": "reference", "spec": {}, "env": "Pendulum-v1", "seed": 0, "budget": {}}
     new = {**old, "env_entry": "Pendulum-v1", "env_kwargs": {}}
     assert identity(old) == identity(new) and "env_kwargs" not in identity(new)
-    mine = {**old, "env": EnvRef.of(POINT_MASS, {"horizon": 5}).label, "env_entry": POINT_MASS, "env_kwargs": {"horizon": 5}}
+    mine = {
+        **old,
+        "env": EnvRef.of(POINT_MASS, {"horizon": 5}).label,
+        "env_entry": POINT_MASS,
+        "env_kwargs": {"horizon": 5},
+    }
     assert identity(mine)["env_kwargs"] == {"horizon": 5}
     assert identity(mine) != identity({**mine, "env_kwargs": {"horizon": 6}})
 
@@ -172,7 +212,9 @@ def test_blog_sac2_ablation_adds_one_of_blog_sac2s_fields_to_the_reference_each(
     variants = load_variants_file(Path(__file__).parents[1] / "examples" / "blog_sac2_ablation.toml")
     changed = {}
     for name, entry in variants.items():
-        fields = [f.name for f in dataclasses.fields(REFERENCE) if getattr(entry.spec, f.name) != getattr(REFERENCE, f.name)]
+        fields = [
+            f.name for f in dataclasses.fields(REFERENCE) if getattr(entry.spec, f.name) != getattr(REFERENCE, f.name)
+        ]
         assert len(fields) == 1, (name, fields)
         assert getattr(entry.spec, fields[0]) == getattr(blog, fields[0])
         changed[name] = fields[0]
@@ -190,7 +232,9 @@ def test_bipedal_reward_ablation_splits_reward_scaleds_transform_in_two():
 
     variants = load_variants_file(Path(__file__).parents[1] / "examples" / "bipedal_reward_ablation.toml")
     for entry in variants.values():
-        fields = {f.name for f in dataclasses.fields(REFERENCE) if getattr(entry.spec, f.name) != getattr(REFERENCE, f.name)}
+        fields = {
+            f.name for f in dataclasses.fields(REFERENCE) if getattr(entry.spec, f.name) != getattr(REFERENCE, f.name)
+        }
         assert fields <= {"reward", "reward_scale"}, fields
     # a fall, a step forward, a step back: one remaps, the other scales, the two together are reward-scaled's
     r = np.array([-100.0, 0.3, -0.1])
@@ -204,23 +248,56 @@ def test_bipedal_reward_ablation_splits_reward_scaleds_transform_in_two():
     np.testing.assert_allclose(seen(CATALOG["reward-scaled"].spec), fall * 10, rtol=1e-6)
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[[variant]]\nname = "a"\ndescription = "d"\nbach_size = 3\n', "variant #1 ('a'): unknown field 'bach_size'"),
-    ('[[variant]]\nname = "a"\ndescription = "d"\nbatch_size = "big"\n', "variant #1 ('a'): field batch_size: 'big' is not an integer"),
-    ('[[variant]]\nname = "a"\ndescription = "d"\nlog_prob = "exact"\n', "field log_prob: 'exact' is not one of softplus"),
-    ('[[variant]]\nname = "a"\ndescription = "d"\ngamma = 1.5\n', "variant #1 ('a'): gamma and tau must lie in [0, 1]"),
-    ('[[variant]]\nname = "a"\ndescription = "d"\n[[variant]]\nname = "a"\ndescription = "e"\n',
-     "variant #2: duplicate name 'a' (already in this file)"),
-    ('[[variant]]\nname = "naive-tanh"\ndescription = "d"\n', "duplicate name 'naive-tanh' (already in the catalog)"),
-    ('[[variant]\nname = "a"\n', "invalid TOML"),
-    ('[[variant]]\nname = "a"\n', "variant #1 ('a'): no description"),
-    ('[[variant]]\nname = "a b"\ndescription = "d"\n', "name 'a b' must be letters"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[[variant]]\nname = "a"\ndescription = "d"\nbach_size = 3\n', "variant #1 ('a'): unknown field 'bach_size'"),
+        (
+            '[[variant]]\nname = "a"\ndescription = "d"\nbatch_size = "big"\n',
+            "variant #1 ('a'): field batch_size: 'big' is not an integer",
+        ),
+        (
+            '[[variant]]\nname = "a"\ndescription = "d"\nlog_prob = "exact"\n',
+            "field log_prob: 'exact' is not one of softplus",
+        ),
+        (
+            '[[variant]]\nname = "a"\ndescription = "d"\ngamma = 1.5\n',
+            "variant #1 ('a'): gamma and tau must lie in [0, 1]",
+        ),
+        (
+            '[[variant]]\nname = "a"\ndescription = "d"\n[[variant]]\nname = "a"\ndescription = "e"\n',
+            "variant #2: duplicate name 'a' (already in this file)",
+        ),
+        (
+            '[[variant]]\nname = "naive-tanh"\ndescription = "d"\n',
+            "duplicate name 'naive-tanh' (already in the catalog)",
+        ),
+        ('[[variant]\nname = "a"\n', "invalid TOML"),
+        ('[[variant]]\nname = "a"\n', "variant #1 ('a'): no description"),
+        ('[[variant]]\nname = "a b"\ndescription = "d"\n', "name 'a b' must be letters"),
+    ],
+)
 def test_a_bad_variants_file_exits_2_with_one_line(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    assert main(["run", "--variants", "reference", "--variants-file", str(path), "--envs", "Pendulum-v1",
-                 "--steps", "100", "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--variants",
+                "reference",
+                "--variants-file",
+                str(path),
+                "--envs",
+                "Pendulum-v1",
+                "--steps",
+                "100",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     err = _one_line_error(capsys)
     assert message in err and str(path) in err
     assert main(["list", "--variants-file", str(path)]) == 2
@@ -251,11 +328,36 @@ def byo_grid(tmp_path_factory):
     path = root / "v.toml"
     path.write_text(VARIANTS_TOML)
     out = root / "results"
-    code = main(["run", "--variants", "reference,small-batch,slow-critic", "--variants-file", str(path),
-                 "--envs", f"MountainCarContinuous-v0,{POINT_MASS}", "--env-kwargs", json.dumps(SHORT),
-                 "--seeds", "1", "--steps", "300",
-                 "--eval-episodes", "1", "--workers", "1", "--out", str(out), "--no-report",
-                 "--set", "hidden_sizes=16,16", "--set", "batch_size=32", "--set", "learning_starts=50"])
+    code = main(
+        [
+            "run",
+            "--variants",
+            "reference,small-batch,slow-critic",
+            "--variants-file",
+            str(path),
+            "--envs",
+            f"MountainCarContinuous-v0,{POINT_MASS}",
+            "--env-kwargs",
+            json.dumps(SHORT),
+            "--seeds",
+            "1",
+            "--steps",
+            "300",
+            "--eval-episodes",
+            "1",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--no-report",
+            "--set",
+            "hidden_sizes=16,16",
+            "--set",
+            "batch_size=32",
+            "--set",
+            "learning_starts=50",
+        ]
+    )
     assert code == 0
     return root, out
 
@@ -295,8 +397,12 @@ def test_report_shows_raw_returns_and_says_why_there_is_no_all_column(byo_grid, 
 def test_report_targets_put_an_env_into_the_all_column(byo_grid):
     root, out = byo_grid
     label = SHORT_POINT_MASS
-    assert main(["report", str(out), "--out", str(root / "report-t"), "--target", f"{label}=0",
-                 "--random", f"{label}=-60"]) == 0
+    assert (
+        main(
+            ["report", str(out), "--out", str(root / "report-t"), "--target", f"{label}=0", "--random", f"{label}=-60"]
+        )
+        == 0
+    )
     summary = pd.read_csv(root / "report-t" / "summary.csv")
     pooled = summary[(summary["env"] == "all") & (summary["metric"] == "final_return_iqm")].set_index("variant")
     runs = pd.read_csv(out / "runs.csv").query("env == @label").set_index("variant")
@@ -307,19 +413,45 @@ def test_report_targets_put_an_env_into_the_all_column(byo_grid):
 
 
 def test_a_rerun_skips_finished_runs_and_new_kwargs_get_their_own_folder(tmp_path, capsys):
-    args = ["run", "--variants", "reference", "--envs", POINT_MASS, "--seeds", "1", "--steps", "120",
-            "--eval-episodes", "1", "--workers", "1", "--out", str(tmp_path), "--no-report", *TINY]
+    args = [
+        "run",
+        "--variants",
+        "reference",
+        "--envs",
+        POINT_MASS,
+        "--seeds",
+        "1",
+        "--steps",
+        "120",
+        "--eval-episodes",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-report",
+        *TINY,
+    ]
     assert main([*args, "--env-kwargs", '{"horizon": 10}']) == 0
     assert main([*args, "--env-kwargs", '{"horizon": 10}']) == 0
     assert "1 already finished, 0 jobs" in capsys.readouterr().out
-    assert main([*args, "--env-kwargs", '{"horizon": 12}', "--target", f"{POINT_MASS}=0",
-                 "--random", f"{POINT_MASS}=-30"]) == 0
+    assert (
+        main([*args, "--env-kwargs", '{"horizon": 12}', "--target", f"{POINT_MASS}=0", "--random", f"{POINT_MASS}=-30"])
+        == 0
+    )
     folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert folders == sorted([EnvRef.of(POINT_MASS, {"horizon": 10}).label, EnvRef.of(POINT_MASS, {"horizon": 12}).label])
-    config = json.loads((tmp_path / "runs" / EnvRef.of(POINT_MASS, {"horizon": 12}).label / "reference" / "seed_0"
-                         / "config.json").read_text())
+    assert folders == sorted(
+        [EnvRef.of(POINT_MASS, {"horizon": 10}).label, EnvRef.of(POINT_MASS, {"horizon": 12}).label]
+    )
+    config = json.loads(
+        (
+            tmp_path / "runs" / EnvRef.of(POINT_MASS, {"horizon": 12}).label / "reference" / "seed_0" / "config.json"
+        ).read_text()
+    )
     assert config["env_kwargs"] == {"horizon": 12} and config["normalization"] == {"target": 0.0, "random": -30.0}
-    train = pd.read_csv(tmp_path / "runs" / EnvRef.of(POINT_MASS, {"horizon": 12}).label / "reference" / "seed_0" / "train.csv")
+    train = pd.read_csv(
+        tmp_path / "runs" / EnvRef.of(POINT_MASS, {"horizon": 12}).label / "reference" / "seed_0" / "train.csv"
+    )
     assert set(train["episode_length"]) == {12}
 
 

@@ -10,9 +10,7 @@ def affine_to_bounds(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> n
     return low + (np.asarray(action) + 1.0) * 0.5 * (high - low)
 
 
-def env_action(
-    action: np.ndarray, low: np.ndarray, high: np.ndarray, rescale: str, deterministic: bool
-) -> np.ndarray:
+def env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray, rescale: str, deterministic: bool) -> np.ndarray:
     """The action sent to the environment for policy action `action` in [-1, 1].
 
     rescale "affine" always maps onto the bounds; "unscaled-stochastic" (the blog's code) sends

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -41,7 +41,9 @@ class ReplayBuffer:
         self.size = 0
         self._rows = torch.arange(members, device=self.device).unsqueeze(1)
 
-    def add(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray) -> None:
+    def add(
+        self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray
+    ) -> None:
         """Store one transition per member. Shapes: (S, O), (S, A), (S,), (S, O), (S,)."""
         for name, value in zip(self.FIELDS, (obs, action, reward, next_obs, terminated)):
             getattr(self, name)[:, self.pos] = torch.as_tensor(np.asarray(value, dtype=np.float32), device=self.device)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 from .spec import VariantSpec
 
@@ -35,7 +35,7 @@ class CatalogEntry:
     description: str
     spec: VariantSpec
     implementation: Implementation = "native"
-    same_as: Optional[str] = None
+    same_as: str | None = None
 
 
 def _variant(description: str, **changes) -> CatalogEntry:
@@ -49,7 +49,9 @@ CATALOG: dict[str, CatalogEntry] = {
         REFERENCE,
     ),
     "naive-tanh": _variant("naive log(1 - tanh(u)^2 + 1e-6) tanh correction", log_prob="naive"),
-    "joint-update": _variant("all losses and gradients from pre-update parameters, then all steps", update_order="joint"),
+    "joint-update": _variant(
+        "all losses and gradients from pre-update parameters, then all steps", update_order="joint"
+    ),
     "policy-first": CatalogEntry(
         "losses first, then step policy, critics, alpha (the blog's prescription); bit-identical to "
         "joint-update (tests/test_learner.py), so `all` runs joint-update for both",
@@ -61,7 +63,9 @@ CATALOG: dict[str, CatalogEntry] = {
         update_order="critic-first",
     ),
     "alpha-loss": _variant("temperature loss differentiated through alpha, not log(alpha)", alpha_loss="alpha"),
-    "reward-scaled": _variant("blog's reward scaling: BipedalWalker -100 -> -1, then x10 everywhere", reward="bipedal-fall"),
+    "reward-scaled": _variant(
+        "blog's reward scaling: BipedalWalker -100 -> -1, then x10 everywhere", reward="bipedal-fall"
+    ),
     "sac-auto": _variant(
         "sac_agent.py as written: lr 1e-3 everywhere, batch 128, starts 1000, alpha 0.2 "
         "(no lr decay, its default; buffer and init left at the reference's)",

@@ -9,8 +9,8 @@ optimizer statistic (Adam is elementwise) or random stream crosses members.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -70,7 +70,9 @@ def policy_sample(
     return PolicySample(torch.tanh(u), log_prob, u)
 
 
-def policy_action(actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor, spec: VariantSpec) -> torch.Tensor:
+def policy_action(
+    actor: Sequence[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor, spec: VariantSpec
+) -> torch.Tensor:
     """`policy_sample`'s action alone, for acting: no log-density. (S, B, A)."""
     return torch.tanh(_pre_tanh_sample(actor, obs, noise, spec)[0])
 
@@ -81,7 +83,9 @@ def policy_mean_action(actor: Sequence[torch.Tensor], obs: torch.Tensor, precisi
     return torch.tanh(mu)
 
 
-def twin_q(critic: Sequence[torch.Tensor], obs: torch.Tensor, action: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+def twin_q(
+    critic: Sequence[torch.Tensor], obs: torch.Tensor, action: torch.Tensor, precision: str = "fp32"
+) -> torch.Tensor:
     """Both critics' values. The twins are stacked as members 2m and 2m+1. (S, B, .) -> (S, 2, B).
     `precision`: the hidden products' (`networks.PRECISIONS`)."""
     x = torch.cat([obs, action], dim=-1)
@@ -106,7 +110,7 @@ class Losses:
 
 
 def critic_loss(
-    learner: "SACLearner", batch: Batch, noise_next: torch.Tensor
+    learner: SACLearner, batch: Batch, noise_next: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Soft Bellman residual (eqs. 5-6) of both critics, summed; returns (loss (S,), q_pred, target)."""
     spec = learner.spec
@@ -122,7 +126,7 @@ def critic_loss(
 
 
 def actor_loss(
-    learner: "SACLearner", batch: Batch, noise: torch.Tensor, critic: Sequence[torch.Tensor]
+    learner: SACLearner, batch: Batch, noise: torch.Tensor, critic: Sequence[torch.Tensor]
 ) -> tuple[torch.Tensor, PolicySample]:
     """Policy loss (eq. 7 with the reparameterisation of eq. 11): E[alpha log pi - min Q]."""
     pi = policy_sample(learner.actor, batch.obs, noise, learner.spec, learner.action_scale)
@@ -137,7 +141,7 @@ ALPHA_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = 
 }
 
 
-def alpha_loss(learner: "SACLearner", log_prob: torch.Tensor) -> torch.Tensor:
+def alpha_loss(learner: SACLearner, log_prob: torch.Tensor) -> torch.Tensor:
     excess = log_prob.detach() + learner.target_entropy
     return ALPHA_LOSSES[learner.spec.alpha_loss](learner.log_alpha, excess)
 
@@ -164,9 +168,21 @@ def adam_step(opt: torch.optim.Adam) -> None:
     beta1, beta2 = group["betas"]
     torch._foreach_add_(steps, 1)
     torch._fused_adam_(
-        params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-        steps, amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-        eps=group["eps"], maximize=group["maximize"], grad_scale=None, found_inf=None,
+        params,
+        [p.grad for p in params],
+        [s["exp_avg"] for s in states],
+        [s["exp_avg_sq"] for s in states],
+        [],
+        steps,
+        amsgrad=False,
+        lr=group["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=group["weight_decay"],
+        eps=group["eps"],
+        maximize=group["maximize"],
+        grad_scale=None,
+        found_inf=None,
     )
 
 
@@ -183,7 +199,7 @@ def _step(optimizers: Sequence[torch.optim.Adam], *losses: torch.Tensor) -> None
         adam_step(opt)
 
 
-def update_sequential(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
+def update_sequential(learner: SACLearner, batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
     """Critic step; then the actor loss on the updated critic, critic frozen; then alpha."""
     lc, q_pred, target = critic_loss(learner, batch, noise_next)
     _step([learner.critic_opt], lc)
@@ -196,7 +212,7 @@ def update_sequential(learner: "SACLearner", batch: Batch, noise_next: torch.Ten
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
-def update_joint(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
+def update_joint(learner: SACLearner, batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
     """All three losses and gradients from the pre-update parameters, then all steps."""
     lc, q_pred, target = critic_loss(learner, batch, noise_next)
     la, pi = actor_loss(learner, batch, noise, _frozen(learner.critic))
@@ -207,7 +223,7 @@ def update_joint(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, 
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
-def _losses_first(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor):
+def _losses_first(learner: SACLearner, batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor):
     # As the blog's code: the actor loss goes through the live (not frozen) critic.
     lc, q_pred, target = critic_loss(learner, batch, noise_next)
     la, pi = actor_loss(learner, batch, noise, learner.critic)
@@ -215,7 +231,7 @@ def _losses_first(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor,
     return lc, la, lt, q_pred, target, pi
 
 
-def update_policy_first(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
+def update_policy_first(learner: SACLearner, batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
     """Losses first; then backward and step policy, critics, alpha in turn (the blog's prescription)."""
     lc, la, lt, q_pred, target, pi = _losses_first(learner, batch, noise_next, noise)
     _step([learner.actor_opt], la)
@@ -224,7 +240,7 @@ def update_policy_first(learner: "SACLearner", batch: Batch, noise_next: torch.T
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
-def update_critic_first(learner: "SACLearner", batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
+def update_critic_first(learner: SACLearner, batch: Batch, noise_next: torch.Tensor, noise: torch.Tensor) -> Losses:
     """Losses first; then critics, policy, alpha. The critic step modifies in place weights that the
     policy loss's graph saved, so PyTorch >= 1.5 raises at the policy's backward."""
     lc, la, lt, q_pred, target, pi = _losses_first(learner, batch, noise_next, noise)
@@ -234,7 +250,7 @@ def update_critic_first(learner: "SACLearner", batch: Batch, noise_next: torch.T
     return Losses(lc, la, lt, q_pred, target, pi)
 
 
-UPDATE_ORDERS: dict[str, Callable[["SACLearner", Batch, torch.Tensor, torch.Tensor], Losses]] = {
+UPDATE_ORDERS: dict[str, Callable[[SACLearner, Batch, torch.Tensor, torch.Tensor], Losses]] = {
     "sequential": update_sequential,
     "joint": update_joint,
     "policy-first": update_policy_first,
@@ -403,7 +419,9 @@ class SACLearner:
         n = self._diag_updates
         values = self._diag_sum / max(n, 1)
         params = [*self.actor, *self.critic, self.log_alpha.unsqueeze(1)]
-        values[:, _D["nonfinite_count"]] = self._diag_sum[:, _D["nonfinite_count"]] + member_nonfinite(params, self.members)
+        values[:, _D["nonfinite_count"]] = self._diag_sum[:, _D["nonfinite_count"]] + member_nonfinite(
+            params, self.members
+        )
         out = values.cpu().numpy()
         self._diag_sum.zero_()
         self._diag_updates = 0

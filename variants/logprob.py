@@ -8,7 +8,7 @@ pure function of the pre-tanh sample `u`.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

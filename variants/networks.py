@@ -8,7 +8,7 @@ depends only on member m's parameters and inputs.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -68,7 +68,7 @@ class MemberParams:
             for p, chunk in zip(parts, t.chunk(len(parts)), strict=True):
                 p.copy_(chunk)
 
-    def detached_copy(self) -> "MemberParams":
+    def detached_copy(self) -> MemberParams:
         """Same values, split the same way, outside autograd (a target network)."""
         return MemberParams([t.detach() for t in self.tensors()], self.members, requires_grad=False)
 
@@ -100,7 +100,7 @@ def init_mlp(
     copies_per_member: int = 1,
     device: torch.device | str = "cpu",
     split: bool = True,
-) -> "MemberParams":
+) -> MemberParams:
     """Initialise stacked MLPs with layer widths `sizes` (input, hidden..., output).
 
     Member m's `copies_per_member` networks are drawn from `generators[m]` (a CPU generator), one
@@ -244,8 +244,8 @@ class _StackedMLP(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         saved = ctx.saved_tensors
         layers = (len(saved) + 1) // 3 if ctx.mixed else len(saved) // 2
-        inputs, weights = saved[:layers], saved[layers:2 * layers]
-        relus = saved[2 * layers:] if ctx.mixed else inputs[1:]
+        inputs, weights = saved[:layers], saved[layers : 2 * layers]
+        relus = saved[2 * layers :] if ctx.mixed else inputs[1:]
         need = ctx.needs_input_grad  # (dtypes, x, W0, b0, W1, b1, ...)
         grad_params: list[torch.Tensor | None] = [None] * (2 * layers)
         grad_x = None

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import numpy as np
 
@@ -90,23 +90,17 @@ class VariantSpec:
     )
     batch_size: int = _doc("transitions per gradient update", default=256)
     buffer_size: int = _doc("replay capacity per member, in transitions", default=1_000_000)
-    learning_starts: int = _doc(
-        "env steps of uniform random actions before the first update", default=1000
-    )
-    hidden_sizes: tuple[int, ...] = _doc(
-        "hidden layer widths of the actor and of each critic", default=(256, 256)
-    )
+    learning_starts: int = _doc("env steps of uniform random actions before the first update", default=1000)
+    hidden_sizes: tuple[int, ...] = _doc("hidden layer widths of the actor and of each critic", default=(256, 256))
     log_std_min: float = _doc("lower clamp of the actor's log-std", default=-20.0)
     log_std_max: float = _doc("upper clamp of the actor's log-std", default=2.0)
     initial_alpha: float = _doc("temperature used by the first update", default=1.0)
-    initial_log_alpha: Optional[float] = _doc(
+    initial_log_alpha: float | None = _doc(
         "start of the learned log-temperature; None means log(initial_alpha). The blog starts "
         "it at 0 while its first update uses alpha = 0.036",
         default=None,
     )
-    target_entropy: Optional[float] = _doc(
-        "entropy target of the temperature loss; None means -|A|", default=None
-    )
+    target_entropy: float | None = _doc("entropy target of the temperature loss; None means -|A|", default=None)
     log_prob_eps: float = _doc("eps of the naive log-prob forms", default=1e-6)
 
     # --- experiment design -------------------------------------------------------------------
@@ -165,7 +159,7 @@ class VariantSpec:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "VariantSpec":
+    def from_dict(cls, data: dict[str, Any]) -> VariantSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -175,7 +169,7 @@ class VariantSpec:
             data["hidden_sizes"] = tuple(int(h) for h in data["hidden_sizes"])
         return cls(**data)
 
-    def differences(self, other: "VariantSpec") -> dict[str, tuple[Any, Any]]:
+    def differences(self, other: VariantSpec) -> dict[str, tuple[Any, Any]]:
         """Fields whose values differ: `{name: (self's value, other's value)}`."""
         a, b = self.to_dict(), other.to_dict()
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
@@ -235,7 +229,9 @@ def parse_override(assignment: str) -> tuple[str, Any]:
     except ValueError as exc:
         choices = literal_choices(key)
         hint = hints[key]
-        expected = f"one of {', '.join(choices)}" if choices else getattr(hint, "__name__", str(hint).replace("typing.", ""))
+        expected = (
+            f"one of {', '.join(choices)}" if choices else getattr(hint, "__name__", str(hint).replace("typing.", ""))
+        )
         raise ValueError(f"--set {key}={text}: cannot parse ({exc}); expected {expected}") from None
 
 

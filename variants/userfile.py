@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
+
+import tomllib
 
 from .catalog import CATALOG, CatalogEntry
 from .spec import VariantSpec, field_names, literal_choices
@@ -72,17 +74,19 @@ def _coerce(value: Any, hint: Any, field: str) -> Any:
     raise ValueError(f"a {hint} field cannot be set from a variants file")
 
 
-def parse_entry(entry: Mapping[str, Any], where: str, catalog: Mapping[str, CatalogEntry] = CATALOG) -> tuple[str, CatalogEntry]:
+def parse_entry(
+    entry: Mapping[str, Any], where: str, catalog: Mapping[str, CatalogEntry] = CATALOG
+) -> tuple[str, CatalogEntry]:
     """One `[[variant]]` table as (name, CatalogEntry); `where` prefixes every error message."""
     name = entry.get("name")
     if not isinstance(name, str) or not name:
-        raise VariantFileError(f"{where}: no name (add name = \"...\")")
+        raise VariantFileError(f'{where}: no name (add name = "...")')
     if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES:
         raise VariantFileError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-' (and not 'all')")
     where = f"{where} ({name!r})"
     description = entry.get("description")
     if not isinstance(description, str) or not description.strip():
-        raise VariantFileError(f"{where}: no description (add description = \"...\")")
+        raise VariantFileError(f'{where}: no description (add description = "...")')
     base_name = entry.get("base", "reference")
     if base_name not in catalog:
         raise VariantFileError(f"{where}: base {base_name!r} is not a catalog variant; valid: {', '.join(catalog)}")
@@ -124,8 +128,9 @@ def load_variants_file(path: Path | str, catalog: Mapping[str, CatalogEntry] = C
         raise VariantFileError(f"{path}: invalid TOML ({str(exc).splitlines()[0]})") from None
     unknown = sorted(set(data) - {"variant"})
     if unknown:
-        raise VariantFileError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; "
-                               "write each variant as a [[variant]] table")
+        raise VariantFileError(
+            f"{path}: unknown top-level key(s) {', '.join(unknown)}; write each variant as a [[variant]] table"
+        )
     entries = data.get("variant", [])
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise VariantFileError(f"{path}: no [[variant]] tables")

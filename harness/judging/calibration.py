@@ -25,9 +25,9 @@ is an overestimate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -97,22 +97,35 @@ class NullStudy:
         return self.spurious_comparisons[metric] / (self.reports * self.compared)
 
 
-def null_study(salt0_dir: Path, salt1_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
-               reports: int = 500, compared: int = 8, seeds: int = 5, rng_seed: int = 0) -> NullStudy:
+def null_study(
+    salt0_dir: Path,
+    salt1_dir: Path,
+    variant: str = "reference",
+    env: str = "Pendulum-v1",
+    reports: int = 500,
+    compared: int = 8,
+    seeds: int = 5,
+    rng_seed: int = 0,
+) -> NullStudy:
     """Run `reports` null reports (see the module doc) through the report's verdict rule."""
     (a, a_setups), (b, b_setups) = _scored_runs(salt0_dir, variant, env), _scored_runs(salt1_dir, variant, env)
     differ = _differences(a_setups, b_setups, ignore=("salt",))
     if differ:
-        raise CalibrationError(f"{salt0_dir} and {salt1_dir} differ in more than the salt of {variant}: "
-                               f"{'; '.join(differ)} (a null study needs one spec and budget, trained again "
-                               "with another --set salt)")
+        raise CalibrationError(
+            f"{salt0_dir} and {salt1_dir} differ in more than the salt of {variant}: "
+            f"{'; '.join(differ)} (a null study needs one spec and budget, trained again "
+            "with another --set salt)"
+        )
     pool = sorted(set(a.index) & set(b.index))
     if len(pool) < seeds:
-        raise CalibrationError(f"{salt0_dir} and {salt1_dir} share {len(pool)} seeds of {variant} on {env}; "
-                               f"a null report needs {seeds}")
+        raise CalibrationError(
+            f"{salt0_dir} and {salt1_dir} share {len(pool)} seeds of {variant} on {env}; a null report needs {seeds}"
+        )
     if {s.get("salt") for s in a_setups} & {s.get("salt") for s in b_setups}:
-        raise CalibrationError(f"{salt0_dir} and {salt1_dir} hold runs of the same salt: the same seeds would be "
-                               "the same runs (train the second with --set salt=1)")
+        raise CalibrationError(
+            f"{salt0_dir} and {salt1_dir} hold runs of the same salt: the same seeds would be "
+            "the same runs (train the second with --set salt=1)"
+        )
     rng = np.random.default_rng(rng_seed)
     metrics = list(stats.RETURN_METRICS)
     spurious_reports = {m: 0 for m in [*metrics, "either"]}
@@ -136,15 +149,21 @@ def null_study(salt0_dir: Path, salt1_dir: Path, variant: str = "reference", env
 
 
 def format_null_study(study: NullStudy, salt0_dir: Path, salt1_dir: Path) -> list[str]:
-    lines = [f"null study: {study.reports} null reports of {study.compared} comparisons x {study.seeds} seeds, drawn from "
-             f"{study.pool} seeds of {salt0_dir} (reference) and {salt1_dir} (null variants)",
-             f"{'family':14s} {'reports with a spurious verdict':>32s} {'95% upper':>10s} {'per comparison':>15s}"]
+    lines = [
+        f"null study: {study.reports} null reports of {study.compared} comparisons x {study.seeds} seeds, drawn from "
+        f"{study.pool} seeds of {salt0_dir} (reference) and {salt1_dir} (null variants)",
+        f"{'family':14s} {'reports with a spurious verdict':>32s} {'95% upper':>10s} {'per comparison':>15s}",
+    ]
     for metric in [*stats.RETURN_METRICS, "either"]:
         per = f"{study.comparison_rate(metric):.2%}" if metric != "either" else ""
-        lines.append(f"{metric:14s} {study.spurious_reports[metric]:>10d} of {study.reports:<6d} ({study.family_rate(metric):6.2%}) "
-                     f"{study.family_upper(metric):>10.2%} {per:>15s}")
-    lines.append(f"(the reports resample {study.pool} seed pairs: the upper bound, exact for independent reports, is "
-                 f"optimistic when the pool is small against {study.compared} x {study.seeds} seeds a report)")
+        lines.append(
+            f"{metric:14s} {study.spurious_reports[metric]:>10d} of {study.reports:<6d} ({study.family_rate(metric):6.2%}) "
+            f"{study.family_upper(metric):>10.2%} {per:>15s}"
+        )
+    lines.append(
+        f"(the reports resample {study.pool} seed pairs: the upper bound, exact for independent reports, is "
+        f"optimistic when the pool is small against {study.compared} x {study.seeds} seeds a report)"
+    )
     return lines
 
 
@@ -160,21 +179,35 @@ class PowerRow:
     median_mdd: float  # median over the draws of the minimum detectable difference at this level
 
 
-def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference", env: str = "Pendulum-v1",
-                ns: Sequence[int] = (5, 10), families: Sequence[int] = (1, 8), draws: int = 500,
-                rng_seed: int = 0, metric: str = "final_return", shift: float | None = None) -> list[PowerRow]:
+def power_study(
+    reference_dir: Path,
+    effect_dir: Path,
+    variant: str = "reference",
+    env: str = "Pendulum-v1",
+    ns: Sequence[int] = (5, 10),
+    families: Sequence[int] = (1, 8),
+    draws: int = 500,
+    rng_seed: int = 0,
+    metric: str = "final_return",
+    shift: float | None = None,
+) -> list[PowerRow]:
     """Detection rates of the effect in `effect_dir` against `reference_dir` (see the module doc); with
     `shift` (normalized score) the effect is replaced by exactly that mean difference."""
     if not normalization.can_normalize(env):
         raise CalibrationError(f"{env} has no normalization constants: the study works in normalized score")
-    (ref, ref_setups), (eff, eff_setups) = _scored_runs(reference_dir, variant, env), _scored_runs(effect_dir, variant, env)
+    (ref, ref_setups), (eff, eff_setups) = (
+        _scored_runs(reference_dir, variant, env),
+        _scored_runs(effect_dir, variant, env),
+    )
     spec_fields = {k for setup in [*ref_setups, *eff_setups] for k in setup if not k.startswith("budget.")}
     differ = _differences(ref_setups, eff_setups, ignore=sorted(spec_fields))  # the spec's change is the effect
     if differ:
-        raise CalibrationError(f"{reference_dir} and {effect_dir} hold {variant} runs of different budgets: "
-                               f"{'; '.join(differ)}")
+        raise CalibrationError(
+            f"{reference_dir} and {effect_dir} hold {variant} runs of different budgets: {'; '.join(differ)}"
+        )
     score = lambda frame, seeds: normalization.normalized_score(  # noqa: E731
-        frame.loc[list(seeds), metric].to_numpy(float), env)
+        frame.loc[list(seeds), metric].to_numpy(float), env
+    )
     common = sorted(set(ref.index) & set(eff.index))
     offset = 0.0
     if shift is not None:
@@ -198,7 +231,9 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
                     others = sorted(set(ref.index) - set(chosen.tolist()))
                     if len(others) < n:
                         break
-                    tests.append(inference.welch_test(shifted(chosen), score(ref, rng.choice(others, n, replace=False))))
+                    tests.append(
+                        inference.welch_test(shifted(chosen), score(ref, rng.choice(others, n, replace=False)))
+                    )
             if not tests:
                 continue
             for family in families:
@@ -208,21 +243,40 @@ def power_study(reference_dir: Path, effect_dir: Path, variant: str = "reference
                 detected = sum(c == true_sign != 0 for c in called)
                 wrong = sum(c == -true_sign != 0 for c in called)
                 mdd = float(np.median([inference.minimum_detectable_difference(t.se, t.df, level) for t in tests]))
-                rows.append(PowerRow(n, paired, family, len(tests), int(detected), int(wrong),
-                                     float(np.mean([t.difference for t in tests])), mdd))
+                rows.append(
+                    PowerRow(
+                        n,
+                        paired,
+                        family,
+                        len(tests),
+                        int(detected),
+                        int(wrong),
+                        float(np.mean([t.difference for t in tests])),
+                        mdd,
+                    )
+                )
     return rows
 
 
-def format_power_study(rows: Sequence[PowerRow], reference_dir: Path, effect_dir: Path,
-                       metric: str = "final_return", shift: float | None = None) -> list[str]:
+def format_power_study(
+    rows: Sequence[PowerRow],
+    reference_dir: Path,
+    effect_dir: Path,
+    metric: str = "final_return",
+    shift: float | None = None,
+) -> list[str]:
     added = "" if shift is None else f", {effect_dir} moved to a mean difference of exactly {shift:+g}"
-    lines = [f"power study: {effect_dir} against {reference_dir} (normalized {metric}{added})",
-             f"{'seeds':>5s} {'design':8s} {'family':>6s} {'detected':>18s} {'wrong sign':>10s} {'mean diff':>10s} "
-             f"{'median MDD':>10s}"]
+    lines = [
+        f"power study: {effect_dir} against {reference_dir} (normalized {metric}{added})",
+        f"{'seeds':>5s} {'design':8s} {'family':>6s} {'detected':>18s} {'wrong sign':>10s} {'mean diff':>10s} "
+        f"{'median MDD':>10s}",
+    ]
     for r in rows:
-        lines.append(f"{r.n:>5d} {'paired' if r.paired else 'unpaired':8s} {r.family:>6d} "
-                     f"{r.detected:>7d} of {r.draws:<4d} ({r.detected / r.draws:5.1%}) {r.wrong_sign:>10d} {r.mean_difference:>+10.3f} "
-                     f"{r.median_mdd:>10.3f}")
+        lines.append(
+            f"{r.n:>5d} {'paired' if r.paired else 'unpaired':8s} {r.family:>6d} "
+            f"{r.detected:>7d} of {r.draws:<4d} ({r.detected / r.draws:5.1%}) {r.wrong_sign:>10d} {r.mean_difference:>+10.3f} "
+            f"{r.median_mdd:>10.3f}"
+        )
     if not rows:
         lines.append("(too few seeds for any design)")
     return lines

@@ -23,9 +23,10 @@ import math
 import platform
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class MetricCheck:
 
     variant: str
     metric: str
-    baseline: "stats.Interval"  # IQM of the baseline seeds and its 95% bootstrap interval
+    baseline: stats.Interval  # IQM of the baseline seeds and its 95% bootstrap interval
     new: float  # IQM of the new seeds (nan when none completed)
     threshold: float  # baseline.low - tolerance
     new_states: str
@@ -86,9 +87,14 @@ def platform_fingerprint() -> dict[str, str]:
     flags_text = str(sorted(flags)) if flags else "unknown"
     import zlib
 
-    return {"torch": versions["torch"], "numpy": versions["numpy"], "python": versions["python"],
-            "machine": platform.machine(), "cpu": model,
-            "cpu_flags_crc32": f"{zlib.crc32(flags_text.encode()):08x}"}
+    return {
+        "torch": versions["torch"],
+        "numpy": versions["numpy"],
+        "python": versions["python"],
+        "machine": platform.machine(),
+        "cpu": model,
+        "cpu_flags_crc32": f"{zlib.crc32(flags_text.encode()):08x}",
+    }
 
 
 def _states(runs) -> str:
@@ -96,7 +102,9 @@ def _states(runs) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in sorted(counts.index))
 
 
-def _baseline_checks(base_runs, variants: Sequence[str], tolerance: float, reps: int, baseline_dir: Path) -> list[MetricCheck]:
+def _baseline_checks(
+    base_runs, variants: Sequence[str], tolerance: float, reps: int, baseline_dir: Path
+) -> list[MetricCheck]:
     """Per (variant, metric), the baseline side of a check (interval, threshold, states); new is nan."""
     from . import stats  # pandas and rliable: loaded only when a comparison is made
     from .normalization import normalized_score
@@ -105,8 +113,9 @@ def _baseline_checks(base_runs, variants: Sequence[str], tolerance: float, reps:
     for variant in variants:
         base = base_runs[(base_runs.variant == variant) & (base_runs.env == CHECK_ENV)]
         if base.empty:
-            raise ValueError(f"baseline {baseline_dir} has no {CHECK_ENV} runs of {variant}; "
-                             f"make one with --update-baseline")
+            raise ValueError(
+                f"baseline {baseline_dir} has no {CHECK_ENV} runs of {variant}; make one with --update-baseline"
+            )
         for metric in METRICS:
             base_scores = normalized_score(stats.complete_runs(base)[metric].to_numpy(float), CHECK_ENV)
             if base_scores.size == 0:
@@ -115,8 +124,11 @@ def _baseline_checks(base_runs, variants: Sequence[str], tolerance: float, reps:
                 seed = stats.stable_seed("check", variant, metric)
                 interval = stats.aggregate_intervals(base_scores[:, None], gamma=None, reps=reps, seed=seed)["iqm"]
             complete = frozenset(int(x) for x in stats.complete_runs(base)["seed"])
-            checks.append(MetricCheck(variant, metric, interval, float("nan"), interval.low - tolerance, "",
-                                      _states(base), complete))
+            checks.append(
+                MetricCheck(
+                    variant, metric, interval, float("nan"), interval.low - tolerance, "", _states(base), complete
+                )
+            )
     return checks
 
 
@@ -128,35 +140,57 @@ def _with_new_runs(check: MetricCheck, new) -> MetricCheck:
 
     scores = normalized_score(stats.counted_runs(new)[check.metric].to_numpy(float), CHECK_ENV)
     iqm = float(stats.interquartile_mean(scores)) if scores.size else float("nan")
-    lost = tuple(sorted(int(r.seed) for r in new.itertuples(index=False)
-                        if r.state != "complete" and int(r.seed) in check.baseline_complete))
+    lost = tuple(
+        sorted(
+            int(r.seed)
+            for r in new.itertuples(index=False)
+            if r.state != "complete" and int(r.seed) in check.baseline_complete
+        )
+    )
     return dataclasses.replace(check, new=iqm, new_states=_states(new), lost_seeds=lost)
 
 
-def _budgets(configs: Mapping[tuple[str, str, int], dict], variants: Sequence[str] | None = None,
-             seeds: Sequence[int] | None = None) -> set[tuple]:
+def _budgets(
+    configs: Mapping[tuple[str, str, int], dict],
+    variants: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> set[tuple]:
     """The distinct budgets (`loading.run_budget`, as sorted (key, value) pairs) of the check env's runs in
     `configs` (`loading.RunRecords.configs`): of `variants` and `seeds` where given."""
     from . import loading
 
-    return {tuple(sorted(loading.run_budget(config).items()))
-            for (env, variant, seed), config in configs.items()
-            if env == CHECK_ENV and (variants is None or variant in variants) and (seeds is None or seed in seeds)}
+    return {
+        tuple(sorted(loading.run_budget(config).items()))
+        for (env, variant, seed), config in configs.items()
+        if env == CHECK_ENV and (variants is None or variant in variants) and (seeds is None or seed in seeds)
+    }
 
 
-def _require_same_budget(base_configs, new_configs, new_dir: Path, variants: Sequence[str],
-                         seeds: Sequence[int] | None = None) -> None:
+def _require_same_budget(
+    base_configs, new_configs, new_dir: Path, variants: Sequence[str], seeds: Sequence[int] | None = None
+) -> None:
     """Raise ValueError when runs of `new_dir` were trained on another budget than the baseline's: a
     curve of 20k steps against one of 5k would pass or fail on its length, not on what changed."""
     base, new = _budgets(base_configs), _budgets(new_configs, variants, seeds)
     if base and new - base:
-        shown = lambda budgets: " or ".join(", ".join(f"{k} {v}" for k, v in b) for b in sorted(budgets))
-        raise ValueError(f"{new_dir}'s runs were trained on another budget ({shown(new - base)}) than the "
-                         f"baseline's ({shown(base)}); compare runs of the baseline's budget")
+
+        def shown(budgets):
+            return " or ".join(", ".join(f"{k} {v}" for k, v in b) for b in sorted(budgets))
+
+        raise ValueError(
+            f"{new_dir}'s runs were trained on another budget ({shown(new - base)}) than the "
+            f"baseline's ({shown(base)}); compare runs of the baseline's budget"
+        )
 
 
-def compare(baseline_dir: Path, new_dir: Path, variants: Sequence[str], tolerance: float = DEFAULT_TOLERANCE,
-            reps: int = 2000, seeds: Sequence[int] | None = None) -> CheckOutcome:
+def compare(
+    baseline_dir: Path,
+    new_dir: Path,
+    variants: Sequence[str],
+    tolerance: float = DEFAULT_TOLERANCE,
+    reps: int = 2000,
+    seeds: Sequence[int] | None = None,
+) -> CheckOutcome:
     """Compare the runs of `variants` on the check env in `new_dir` against `baseline_dir`.
 
     seeds: which of `new_dir`'s seeds to compare (default: all of them).
@@ -211,8 +245,14 @@ class FalseAlarmStudy:
 MAX_SUBSETS = 20_000
 
 
-def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[str], per_check: int = DEFAULT_SEEDS,
-                      tolerance: float = DEFAULT_TOLERANCE, reps: int = 2000) -> FalseAlarmStudy:
+def false_alarm_study(
+    baseline_dir: Path,
+    results_dir: Path,
+    variants: Sequence[str],
+    per_check: int = DEFAULT_SEEDS,
+    tolerance: float = DEFAULT_TOLERANCE,
+    reps: int = 2000,
+) -> FalseAlarmStudy:
     """Run the check's rule on many reseeded seed sets of `results_dir` (runs of unchanged code).
 
     Uses the seeds that every variant has in `results_dir` and the baseline does not. The baseline's
@@ -231,13 +271,15 @@ def false_alarm_study(baseline_dir: Path, results_dir: Path, variants: Sequence[
     per_variant = {v: runs[runs.variant == v].set_index("seed") for v in variants}
     seeds = sorted(set.intersection(*(set(r.index) for r in per_variant.values())) - set(base_runs["seed"]))
     if len(seeds) < per_check:
-        raise ValueError(f"{results_dir} has {len(seeds)} seeds of every variant outside the baseline's; "
-                         f"a reseeded check needs {per_check}")
+        raise ValueError(
+            f"{results_dir} has {len(seeds)} seeds of every variant outside the baseline's; "
+            f"a reseeded check needs {per_check}"
+        )
 
     def checks_for(seed_set: Sequence[int]) -> list[MetricCheck]:
         return [_with_new_runs(c, per_variant[c.variant].loc[list(seed_set)]) for c in baseline_checks]
 
-    seed_sets = [tuple(seeds[i:i + per_check]) for i in range(0, len(seeds) - per_check + 1, per_check)]
+    seed_sets = [tuple(seeds[i : i + per_check]) for i in range(0, len(seeds) - per_check + 1, per_check)]
     if math.comb(len(seeds), per_check) <= MAX_SUBSETS:
         subsets = list(itertools.combinations(seeds, per_check))
     else:
@@ -252,18 +294,25 @@ def format_false_alarm_study(study: FalseAlarmStudy) -> list[str]:
     for seed_set, checks in zip(study.seed_sets, study.checks):
         closest = min(checks, key=lambda c: c.new - c.threshold if np.isfinite(c.new) else -np.inf)
         result = "FAIL" if any(c.regression for c in checks) else "pass"
-        lines.append(f"{','.join(map(str, seed_set)):18s} {result:10s} "
-                     f"{closest.variant} {closest.metric} {closest.new - closest.threshold:+.3f}")
+        lines.append(
+            f"{','.join(map(str, seed_set)):18s} {result:10s} "
+            f"{closest.variant} {closest.metric} {closest.new - closest.threshold:+.3f}"
+        )
     n = len(study.seed_sets)
-    lines.append(f"false alarms: {study.false_alarms} of {n} disjoint reseeded checks of {study.per_check} seeds "
-                 f"(95% upper bound on the rate: {study.rate_upper_bound():.0%})")
-    lines.append(f"all {study.subsets} {study.per_check}-seed subsets of the same seeds: {study.subset_failures} fail "
-                 f"({study.subset_failures / study.subsets:.1%})")
+    lines.append(
+        f"false alarms: {study.false_alarms} of {n} disjoint reseeded checks of {study.per_check} seeds "
+        f"(95% upper bound on the rate: {study.rate_upper_bound():.0%})"
+    )
+    lines.append(
+        f"all {study.subsets} {study.per_check}-seed subsets of the same seeds: {study.subset_failures} fail "
+        f"({study.subset_failures / study.subsets:.1%})"
+    )
     return lines
 
 
-def _identical_curves(baseline_dir: Path, new_dir: Path, variants: Sequence[str],
-                      seeds: Sequence[int] | None) -> bool | None:
+def _identical_curves(
+    baseline_dir: Path, new_dir: Path, variants: Sequence[str], seeds: Sequence[int] | None
+) -> bool | None:
     pairs = []
     for variant in variants:
         new_runs = sorted(Path(new_dir).glob(f"runs/{CHECK_ENV}/{variant}/seed_*/eval.csv"))
@@ -292,8 +341,9 @@ def format_outcome(outcome: CheckOutcome, tolerance: float, overridden: bool = F
     `overridden`: the variants' specs were changed with --set, so curves that differ from the
     baseline's are expected and say nothing about the learner's arithmetic.
     """
-    lines = [f"{'variant':14s} {'metric':13s} {'baseline IQM [95% CI]':>28s} {'fail below':>10s} {'new IQM':>8s}  result",
-             ]
+    lines = [
+        f"{'variant':14s} {'metric':13s} {'baseline IQM [95% CI]':>28s} {'fail below':>10s} {'new IQM':>8s}  result",
+    ]
     for c in outcome.checks:
         base = f"{c.baseline.estimate:.3f} [{c.baseline.low:.3f}, {c.baseline.high:.3f}]"
         result = "REGRESSION" if c.regression else "ok"
@@ -308,8 +358,10 @@ def format_outcome(outcome: CheckOutcome, tolerance: float, overridden: bool = F
     elif outcome.identical is False and overridden:
         lines.append("curves: differ from the baseline, as expected: the specs were overridden with --set")
     elif outcome.identical is False and outcome.same_platform:
-        lines.append("warning: curves differ from the baseline on the same platform fingerprint: the learner's "
-                     "arithmetic changed (rerun with --update-baseline if that was intended)")
+        lines.append(
+            "warning: curves differ from the baseline on the same platform fingerprint: the learner's "
+            "arithmetic changed (rerun with --update-baseline if that was intended)"
+        )
     elif outcome.identical is False:
         lines.append("curves: differ from the baseline (another platform: bit-identity is not expected)")
     else:
@@ -327,10 +379,16 @@ def write_baseline(new_dir: Path, baseline_dir: Path, variants: Sequence[str], m
     for variant in variants:
         src = Path(new_dir) / "runs" / CHECK_ENV / variant
         shutil.copytree(src, staging / "runs" / CHECK_ENV / variant)
-    records.write_json(staging / "baseline.json", {
-        **meta, "git_commit": records.git_commit(), "versions": records.package_versions(),
-        "platform": platform_fingerprint(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
+    records.write_json(
+        staging / "baseline.json",
+        {
+            **meta,
+            "git_commit": records.git_commit(),
+            "versions": records.package_versions(),
+            "platform": platform_fingerprint(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
     old = baseline_dir.with_name(baseline_dir.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if baseline_dir.exists():

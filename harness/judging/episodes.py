@@ -19,18 +19,27 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ..records import TRAIN_COLUMNS, not_a_results_folder
 from . import loading
 from .findings import step_text
-from ..records import TRAIN_COLUMNS, not_a_results_folder
 
-WINDOW_COLUMNS = ("env", "variant", "window_start", "window_end", "n_runs", "episodes", "return_median",
-                  "length_median", "at_time_limit")
+WINDOW_COLUMNS = (
+    "env",
+    "variant",
+    "window_start",
+    "window_end",
+    "n_runs",
+    "episodes",
+    "return_median",
+    "length_median",
+    "at_time_limit",
+)
 
 
 def read_train(records: loading.RunRecords) -> pd.DataFrame:
@@ -97,8 +106,19 @@ def episode_windows(train: pd.DataFrame, window: int, limits: Mapping[str, int])
                 ended = mine[index == k]
                 lengths = ended["episode_length"].to_numpy(dtype=np.float64)
                 share = float(np.mean(lengths >= limit)) if limit else np.nan
-                rows.append((env, variant, int(k) * window, int(k + 1) * window, int(ended["seed"].nunique()),
-                             len(ended), float(ended["episode_return"].median()), float(np.median(lengths)), share))
+                rows.append(
+                    (
+                        env,
+                        variant,
+                        int(k) * window,
+                        int(k + 1) * window,
+                        int(ended["seed"].nunique()),
+                        len(ended),
+                        float(ended["episode_return"].median()),
+                        float(np.median(lengths)),
+                        share,
+                    )
+                )
     return pd.DataFrame(rows, columns=list(WINDOW_COLUMNS))
 
 
@@ -109,19 +129,25 @@ def format_windows(table: pd.DataFrame, limits: Mapping[str, int]) -> str:
         here = table[table["env"] == env]
         limit = limits.get(env)
         out.append(f"{env} (time limit: {f'{limit} steps' if limit else 'unknown'})")
-        out.append(f"  {'variant':16s} {'env steps':>15s} {'runs':>4s} {'episodes':>8s} {'return':>9s} "
-                   f"{'length':>7s} {'at limit':>8s}")
+        out.append(
+            f"  {'variant':16s} {'env steps':>15s} {'runs':>4s} {'episodes':>8s} {'return':>9s} "
+            f"{'length':>7s} {'at limit':>8s}"
+        )
         for r in here.itertuples(index=False):
             share = "" if np.isnan(r.at_time_limit) else f"{100 * r.at_time_limit:.0f}%"
-            out.append(f"  {r.variant:16s} {f'{step_text(r.window_start)}-{step_text(r.window_end)}':>15s} {r.n_runs:4d} "
-                       f"{r.episodes:8d} {r.return_median:9.1f} {r.length_median:7.0f} {share:>8s}")
+            out.append(
+                f"  {r.variant:16s} {f'{step_text(r.window_start)}-{step_text(r.window_end)}':>15s} {r.n_runs:4d} "
+                f"{r.episodes:8d} {r.return_median:9.1f} {r.length_median:7.0f} {share:>8s}"
+            )
     return "\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.judging.episodes",
-                                     description="Training episodes per window of env steps: count, median return "
-                                                 "and length, share at the time limit.")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.judging.episodes",
+        description="Training episodes per window of env steps: count, median return "
+        "and length, share at the time limit.",
+    )
     parser.add_argument("results", nargs="+", type=Path, help="results folder(s), read as one")
     parser.add_argument("--variants", default=None, help="comma-separated variants (default: every one found)")
     parser.add_argument("--window", type=int, default=40_000, help="window width in env steps (default 40000)")
@@ -142,8 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     train = read_train(records)
     if train.empty:
-        print("error: no finished run with a readable train.csv in " + ", ".join(map(str, args.results)),
-              file=sys.stderr)
+        print(
+            "error: no finished run with a readable train.csv in " + ", ".join(map(str, args.results)), file=sys.stderr
+        )
         return 2
     limits = time_limits(records.configs)
     print(format_windows(episode_windows(train, args.window, limits), limits))

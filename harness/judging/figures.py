@@ -10,9 +10,10 @@ from __future__ import annotations
 import io
 import re
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -29,9 +30,8 @@ from rliable import plot_utils  # noqa: E402
 
 from variants.catalog import CATALOG  # noqa: E402
 
-from . import loading, normalization, stats  # noqa: E402
-
 from .. import records
+from . import loading, normalization, stats  # noqa: E402
 
 STATE_COLORS = {"complete": "#4c9a2a", "diverged": "#e69f00", "failed": "#d55e00"}
 DIAGNOSTIC_TITLES = {
@@ -48,7 +48,9 @@ LOG_SCALE_DIAGNOSTICS = ("alpha", "critic_loss")  # may span orders of magnitude
 # --- colours and names in figures ------------------------------------------------------------------
 
 
-def variant_colors(variants: Sequence[str], reference: str = stats.REFERENCE_NAME) -> dict[str, tuple[float, float, float]]:
+def variant_colors(
+    variants: Sequence[str], reference: str = stats.REFERENCE_NAME
+) -> dict[str, tuple[float, float, float]]:
     """One fixed colour per variant: the reference near-black, catalog variants by catalog position (the
     same colour in every report), other names after them in sorted order."""
     colorblind, dark = sns.color_palette("colorblind", 10), sns.color_palette("dark", 10)
@@ -96,23 +98,39 @@ def _save(fig: Figure, out_dir: Path, filename: str) -> None:
     records.atomic_write_bytes(out_dir / filename, buffer.getvalue())
 
 
-def _variant_legend(fig: Figure, variants: Sequence[str], colors: Mapping[str, Any], extra: Sequence[tuple[Any, str]] = ()) -> None:
+def _variant_legend(
+    fig: Figure, variants: Sequence[str], colors: Mapping[str, Any], extra: Sequence[tuple[Any, str]] = ()
+) -> None:
     handles = [Line2D([], [], color=colors[v], linewidth=2.5) for v in variants]
     labels = [_mpl(v) for v in variants]
     for handle, label in extra:
         handles.append(handle)
         labels.append(label)
     if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
-                   frameon=False, fontsize="medium")
+        fig.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(4, len(handles)),
+            frameon=False,
+            fontsize="medium",
+        )
 
 
 # --- figures -------------------------------------------------------------------------------------
 
 
 def draw_figures(
-    out_dir: Path, runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame, curves: pd.DataFrame,
-    diagnostics: pd.DataFrame, colors: Mapping[str, Any], reference: str, reps: int,
+    out_dir: Path,
+    runs: pd.DataFrame,
+    summary: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    curves: pd.DataFrame,
+    diagnostics: pd.DataFrame,
+    colors: Mapping[str, Any],
+    reference: str,
+    reps: int,
 ) -> list[FigureFile]:
     figures: list[FigureFile] = []
     envs = loading.env_order(runs["env"].tolist())
@@ -143,11 +161,15 @@ def plot_learning_curves(out_dir: Path, env: str, curves: pd.DataFrame, colors: 
     for variant in variants:
         cell = curves[curves["variant"] == variant]
         ax.plot(cell["env_step"], cell["iqm"], color=colors[variant], linewidth=2, marker="o", markersize=3)
-        ax.fill_between(cell["env_step"], cell["ci_low"], cell["ci_high"], color=colors[variant], alpha=0.18, linewidth=0)
+        ax.fill_between(
+            cell["env_step"], cell["ci_low"], cell["ci_high"], color=colors[variant], alpha=0.18, linewidth=0
+        )
     extra = []
     if normalization.can_normalize(env):
-        for value, style, label in ((normalization.R_TARGET[env], "--", "target"),
-                                    (normalization.R_RANDOM[env], ":", "uniform random policy")):
+        for value, style, label in (
+            (normalization.R_TARGET[env], "--", "target"),
+            (normalization.R_RANDOM[env], ":", "uniform random policy"),
+        ):
             ax.axhline(value, color="grey", linestyle=style, linewidth=1)
             extra.append((Line2D([], [], color="grey", linestyle=style), f"{label} ({value:g})"))
     ax.set_title(_mpl(f"{env}: evaluation return (IQM over complete runs, 95% CI)"))
@@ -156,22 +178,36 @@ def plot_learning_curves(out_dir: Path, env: str, curves: pd.DataFrame, colors: 
     _variant_legend(fig, variants, colors, extra)
     filename = f"learning_curves_{file_slug(env)}.png"
     _save(fig, out_dir, filename)
-    return [FigureFile(filename, "Learning curves", f"Learning curves: {env}",
-                       "Interquartile mean across complete runs of the mean deterministic evaluation return; "
-                       "band: pointwise 95% stratified bootstrap interval.")]
+    return [
+        FigureFile(
+            filename,
+            "Learning curves",
+            f"Learning curves: {env}",
+            "Interquartile mean across complete runs of the mean deterministic evaluation return; "
+            "band: pointwise 95% stratified bootstrap interval.",
+        )
+    ]
 
 
-def plot_aggregate_intervals(out_dir: Path, summary: pd.DataFrame, metric: str, colors: Mapping[str, Any]) -> list[FigureFile]:
+def plot_aggregate_intervals(
+    out_dir: Path, summary: pd.DataFrame, metric: str, colors: Mapping[str, Any]
+) -> list[FigureFile]:
     """rliable's interval-estimate plot of the env='all' aggregates of `metric` (normalized scores)."""
     fig = aggregate_intervals_figure(summary, metric, colors)
     if fig is None:
         return []
     filename = f"aggregate_{metric}.png"
     _save(fig, out_dir, filename)
-    return [FigureFile(filename, "Aggregate estimates", f"Aggregates over environments: {metric}",
-                       f"{metric} normalized per environment, pooled over the environments each variant has complete "
-                       "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate; "
-                       "n: runs per variant (with few runs a bootstrap interval spans little more than their own values).")]
+    return [
+        FigureFile(
+            filename,
+            "Aggregate estimates",
+            f"Aggregates over environments: {metric}",
+            f"{metric} normalized per environment, pooled over the environments each variant has complete "
+            "runs in (see the summary table); bars: 95% stratified bootstrap intervals, tick: point estimate; "
+            "n: runs per variant (with few runs a bootstrap interval spans little more than their own values).",
+        )
+    ]
 
 
 # rliable places the x label at a figure fraction, but the tick labels above it have a fixed height in
@@ -197,9 +233,15 @@ def aggregate_intervals_figure(summary: pd.DataFrame, metric: str, colors: Mappi
     height_in = row_height * len(variants)
     axes_bottom = plt.rcParams["figure.subplot.bottom"]
     fig, _ = plot_utils.plot_interval_estimates(
-        points, intervals, metric_names=labels, algorithms=[row_labels[v] for v in variants],
-        colors={row_labels[v]: colors[v] for v in variants}, xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
-        row_height=row_height, subfigure_width=3.6, max_ticks=3,
+        points,
+        intervals,
+        metric_names=labels,
+        algorithms=[row_labels[v] for v in variants],
+        colors={row_labels[v]: colors[v] for v in variants},
+        xlabel=f"normalized {metric} (0 = random policy, 1 = target)",
+        row_height=row_height,
+        subfigure_width=3.6,
+        max_ticks=3,
         xlabel_y_coordinate=axes_bottom - _AGGREGATE_XLABEL_DROP_IN / height_in,
     )
     return fig
@@ -237,18 +279,32 @@ def plot_paired_differences(
         mine = runs[(runs["env"] == env) & (runs["variant"] == variant)]
         if (mine["state"] != "complete").all():
             # Every run stopped: its failure scores would set the axis and flatten every other row.
-            ax.text(0.0, row, f"  every run failed or diverged ({v['verdict']}; see Failure rates)",
-                    va="center", fontsize="small", color="dimgrey")
+            ax.text(
+                0.0,
+                row,
+                f"  every run failed or diverged ({v['verdict']}; see Failure rates)",
+                va="center",
+                fontsize="small",
+                color="dimgrey",
+            )
             continue
         diffs = stats.paired_differences(counted, env, variant, reference, "final_return", units == "normalized")
-        ax.plot([v["ci_low"], v["ci_high"]], [row, row], color=colors[variant], linewidth=5, alpha=0.6,
-                solid_capstyle="butt")
+        ax.plot(
+            [v["ci_low"], v["ci_high"]],
+            [row, row],
+            color=colors[variant],
+            linewidth=5,
+            alpha=0.6,
+            solid_capstyle="butt",
+        )
         ax.plot([v["difference"]], [row], marker="|", markersize=16, markeredgewidth=2, color="black")
         jitter = np.linspace(-0.18, 0.18, len(diffs)) if len(diffs) > 1 else np.zeros(len(diffs))
-        ax.scatter(list(diffs.values()), row + jitter, s=16, color=colors[variant], edgecolor="black", linewidth=0.4,
-                   zorder=3)
-        ax.text(1.01, row, v["verdict"], transform=ax.get_yaxis_transform(), va="center", fontsize="small",
-                color="dimgrey")
+        ax.scatter(
+            list(diffs.values()), row + jitter, s=16, color=colors[variant], edgecolor="black", linewidth=0.4, zorder=3
+        )
+        ax.text(
+            1.01, row, v["verdict"], transform=ax.get_yaxis_transform(), va="center", fontsize="small", color="dimgrey"
+        )
     ax.set_yticks(range(len(variants)), [_mpl(v) for v in variants])
     for label, variant in zip(ax.get_yticklabels(), variants):
         label.set_color(colors[variant])
@@ -259,14 +315,23 @@ def plot_paired_differences(
     filename = f"paired_differences_{file_slug(env)}.png"
     _save(fig, out_dir, filename)
     family = int(tested["family_size"].iloc[0])
-    band = (f" Green band: the equivalence margin (+-{margin:g} normalized)." if units == "normalized"
-            and not np.isnan(margin) else "")
-    return [FigureFile(filename, "Verdicts", f"Paired differences: {env}",
-                       f"Dots: one per seed, the variant's final return minus the reference's run of the same seed (the "
-                       f"seeds share their environment and evaluation resets). Bar: the mean difference's simultaneous "
-                       f"interval (Bonferroni over the report's {family} final-return comparisons, family-wise 95%); "
-                       f"tick: the mean.{band} The verdict is read off the bar: right of 0 better, left worse, inside "
-                       f"the band equivalent.")]
+    band = (
+        f" Green band: the equivalence margin (+-{margin:g} normalized)."
+        if units == "normalized" and not np.isnan(margin)
+        else ""
+    )
+    return [
+        FigureFile(
+            filename,
+            "Verdicts",
+            f"Paired differences: {env}",
+            f"Dots: one per seed, the variant's final return minus the reference's run of the same seed (the "
+            f"seeds share their environment and evaluation resets). Bar: the mean difference's simultaneous "
+            f"interval (Bonferroni over the report's {family} final-return comparisons, family-wise 95%); "
+            f"tick: the mean.{band} The verdict is read off the bar: right of 0 better, left worse, inside "
+            f"the band equivalent.",
+        )
+    ]
 
 
 def plot_performance_profile(
@@ -306,7 +371,7 @@ def plot_performance_profile(
                 ax.axvline(tau, color="grey", linestyle=style, linewidth=1)
         ax.set_title(_mpl(variant), color=colors[variant], fontsize="medium")
         ax.set_xlim(taus[0], taus[-1])
-    for ax in axes.flat[len(others):]:
+    for ax in axes.flat[len(others) :]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel(r"normalized final return $\tau$")
@@ -314,11 +379,17 @@ def plot_performance_profile(
         ax.set_ylabel(r"runs with score $> \tau$")
     fig.tight_layout()
     _save(fig, out_dir, "performance_profile.png")
-    return [FigureFile("performance_profile.png", "Performance profiles", "Performance profiles",
-                       f"One panel per variant (its colour) beside {reference} (grey): the fraction of runs whose "
-                       "normalized final return exceeds tau (per environment, averaged over the environments every "
-                       "variant ran), with 95% stratified bootstrap bands. Failed and diverged runs count at their "
-                       "failure score. Dotted: random policy (0), dashed: target (1), where they fall in the axis.")]
+    return [
+        FigureFile(
+            "performance_profile.png",
+            "Performance profiles",
+            "Performance profiles",
+            f"One panel per variant (its colour) beside {reference} (grey): the fraction of runs whose "
+            "normalized final return exceeds tau (per environment, averaged over the environments every "
+            "variant ran), with 95% stratified bootstrap bands. Failed and diverged runs count at their "
+            "failure score. Dotted: random policy (0), dashed: target (1), where they fall in the axis.",
+        )
+    ]
 
 
 def plot_probability_of_improvement(
@@ -329,8 +400,9 @@ def plot_probability_of_improvement(
         return []
     panels = [*envs, stats.ALL_ENVS]
     variants = loading.variant_order(verdicts["variant"].tolist())
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 0.8 + 0.42 * len(variants)), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(3.2 * len(panels), 0.8 + 0.42 * len(variants)), sharey=True, squeeze=False
+    )
     for ax, env in zip(axes[0], panels):
         for row, variant in enumerate(variants):
             match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant)]
@@ -347,8 +419,15 @@ def plot_probability_of_improvement(
             # A clear verdict in words, in the half of the panel its interval does not touch.
             if v["verdict"] in (stats.BETTER, stats.WORSE):
                 right = v["verdict"] == stats.WORSE
-                ax.text(0.98 if right else 0.02, row, v["verdict"], ha="right" if right else "left", va="center",
-                        fontsize="small", color="dimgrey")
+                ax.text(
+                    0.98 if right else 0.02,
+                    row,
+                    v["verdict"],
+                    ha="right" if right else "left",
+                    va="center",
+                    fontsize="small",
+                    color="dimgrey",
+                )
         ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
         ax.set_xlim(0.0, 1.0)
         ax.set_xticks([0.0, 0.25, 0.5, 0.75, 1.0], ["0", ".25", ".5", ".75", "1"])
@@ -362,10 +441,15 @@ def plot_probability_of_improvement(
     axes[0][0].invert_yaxis()
     fig.subplots_adjust(wspace=0.1)
     _save(fig, out_dir, "probability_of_improvement.png")
-    return [FigureFile("probability_of_improvement.png", "Probability of improvement",
-                       f"Probability of improvement over {reference}",
-                       "P(a complete run of the variant has a higher final return than one of the reference), with its "
-                       "95% stratified bootstrap interval. Entirely right of 0.5: better; entirely left: worse.")]
+    return [
+        FigureFile(
+            "probability_of_improvement.png",
+            "Probability of improvement",
+            f"Probability of improvement over {reference}",
+            "P(a complete run of the variant has a higher final return than one of the reference), with its "
+            "95% stratified bootstrap interval. Entirely right of 0.5: better; entirely left: worse.",
+        )
+    ]
 
 
 def plot_diagnostics(out_dir: Path, env: str, diagnostics: pd.DataFrame, colors: Mapping[str, Any]) -> list[FigureFile]:
@@ -379,8 +463,14 @@ def plot_diagnostics(out_dir: Path, env: str, diagnostics: pd.DataFrame, colors:
         for variant in variants:
             cell = diagnostics[diagnostics["variant"] == variant]
             # Markers only on short series: a run with one diagnostics row would otherwise draw nothing.
-            ax.plot(cell["env_step"], cell[column], color=colors[variant], linewidth=1.6,
-                    marker="o" if len(cell) <= 30 else None, markersize=3)
+            ax.plot(
+                cell["env_step"],
+                cell[column],
+                color=colors[variant],
+                linewidth=1.6,
+                marker="o" if len(cell) <= 30 else None,
+                markersize=3,
+            )
         values = diagnostics[column].to_numpy(dtype=np.float64)
         values = values[np.isfinite(values)]
         if column in LOG_SCALE_DIAGNOSTICS and values.size and (values > 0).all() and values.max() > 20 * values.min():
@@ -395,9 +485,15 @@ def plot_diagnostics(out_dir: Path, env: str, diagnostics: pd.DataFrame, colors:
     _variant_legend(fig, variants, colors)
     filename = f"diagnostics_{file_slug(env)}.png"
     _save(fig, out_dir, filename)
-    return [FigureFile(filename, "Diagnostics", f"Diagnostics: {env}",
-                       "Each point: the mean over a diagnostics interval's gradient updates, averaged across seeds "
-                       "(runs of every state, non-finite values left out). Lines of failed or diverged runs stop early.")]
+    return [
+        FigureFile(
+            filename,
+            "Diagnostics",
+            f"Diagnostics: {env}",
+            "Each point: the mean over a diagnostics interval's gradient updates, averaged across seeds "
+            "(runs of every state, non-finite values left out). Lines of failed or diverged runs stop early.",
+        )
+    ]
 
 
 def plot_run_states(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any]) -> list[FigureFile]:
@@ -407,8 +503,9 @@ def plot_run_states(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any]
     envs = loading.env_order(runs["env"].tolist())
     variants = loading.variant_order(runs["variant"].tolist())
     counts = runs.groupby(["env", "variant", "state"]).size()
-    fig, axes = plt.subplots(1, len(envs), figsize=(3.4 * len(envs) + 1.5, 0.8 + 0.4 * len(variants)),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(envs), figsize=(3.4 * len(envs) + 1.5, 0.8 + 0.4 * len(variants)), sharey=True, squeeze=False
+    )
     for ax, env in zip(axes[0], envs):
         for row, variant in enumerate(variants):
             left = 0
@@ -426,9 +523,20 @@ def plot_run_states(out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any]
     for label, variant in zip(axes[0][0].get_yticklabels(), variants):
         label.set_color(colors[variant])
     axes[0][0].invert_yaxis()
-    axes[0][-1].legend([Patch(color=STATE_COLORS[s]) for s in records.STATES], list(records.STATES),
-                       loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    axes[0][-1].legend(
+        [Patch(color=STATE_COLORS[s]) for s in records.STATES],
+        list(records.STATES),
+        loc="center left",
+        bbox_to_anchor=(1.02, 0.5),
+        frameon=False,
+    )
     _save(fig, out_dir, "run_states.png")
-    return [FigureFile("run_states.png", "Run states", "Run states",
-                       "Runs per state; failed and diverged runs are listed with their reasons above and kept out of "
-                       "every aggregate.")]
+    return [
+        FigureFile(
+            "run_states.png",
+            "Run states",
+            "Run states",
+            "Runs per state; failed and diverged runs are listed with their reasons above and kept out of "
+            "every aggregate.",
+        )
+    ]

@@ -9,13 +9,13 @@ simultaneous interval, plus, where the rule cannot decide, the minimum detectabl
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from . import loading, stats
 from .. import records
+from . import loading, stats
 
 
 def _runs_cell(runs: pd.DataFrame, env: str, variant: str) -> str:
@@ -26,7 +26,9 @@ def _runs_cell(runs: pd.DataFrame, env: str, variant: str) -> str:
 
 
 def _iqm_cell(summary: pd.DataFrame, env: str, variant: str) -> str:
-    match = summary[(summary["env"] == env) & (summary["variant"] == variant) & (summary["metric"] == "final_return_iqm")]
+    match = summary[
+        (summary["env"] == env) & (summary["variant"] == variant) & (summary["metric"] == "final_return_iqm")
+    ]
     if match.empty:
         return "-"
     r = match.iloc[0]
@@ -47,8 +49,10 @@ def reach_text(row: pd.Series | None) -> str:
     if int(row["n_reached"]) == 1:
         return text + f" (at {step_text(row['first_step_median'])})"
     if int(row["n_reached"]) > 1:
-        text += (f" (median {step_text(row['first_step_median'])}; {step_text(row['first_step_min'])}"
-                 f"-{step_text(row['first_step_max'])})")
+        text += (
+            f" (median {step_text(row['first_step_median'])}; {step_text(row['first_step_min'])}"
+            f"-{step_text(row['first_step_max'])})"
+        )
     return text
 
 
@@ -83,8 +87,9 @@ def verdict_cell(row: pd.Series | None) -> str:
     return text
 
 
-def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str,
-                      targets: pd.DataFrame) -> str:
+def findings_markdown(
+    summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str, targets: pd.DataFrame
+) -> str:
     """One Markdown table per environment of `runs` (in `loading.env_order`), rows in `loading.variant_order`.
 
     summary: `stats.summary_table` rows (env, variant, metric, estimate, ci_low, ci_high, n_runs).
@@ -95,37 +100,59 @@ def findings_markdown(summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.Da
     out = []
     family = verdicts.loc[verdicts["metric"] == "final_return", "family_size"]
     if not family.empty and int(family.max()) == 0:
-        out.append(f"No verdict yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that the rule needs.\n")
+        out.append(
+            f"No verdict yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that the rule needs.\n"
+        )
     elif not family.empty:
         n = int(family.max())
-        out.append(f"Verdicts against `{reference}`: simultaneous intervals over a family of {n} "
-                   f"comparison{'s' if n != 1 else ''} per metric, family-wise level 5%; differences in normalized score where the "
-                   "environment has constants (raw return otherwise); MDD: the difference the runs could have "
-                   "missed (80% power).\n")
+        out.append(
+            f"Verdicts against `{reference}`: simultaneous intervals over a family of {n} "
+            f"comparison{'s' if n != 1 else ''} per metric, family-wise level 5%; differences in normalized score where the "
+            "environment has constants (raw return otherwise); MDD: the difference the runs could have "
+            "missed (80% power).\n"
+        )
     if not targets.empty:
-        out.append("Reached: how many runs had an evaluation (the mean return of its episodes) at or above the "
-                   "environment's target return, and the env step of each one's first (median; range); descriptive, "
-                   "no verdict.\n")
+        out.append(
+            "Reached: how many runs had an evaluation (the mean return of its episodes) at or above the "
+            "environment's target return, and the env step of each one's first (median; range); descriptive, "
+            "no verdict.\n"
+        )
     for env in loading.env_order(runs["env"].unique().tolist()):
         here = runs[runs["env"] == env]
         target = targets.loc[targets["env"] == env, "target"]
         reach_header = f"reached {target.iloc[0]:g} (first at)" if len(target) else "reached the target"
-        lines = [f"### {env}", "",
-                 f"| variant | runs | final return IQM [95% CI] | {reach_header} | vs {reference}, final return "
-                 f"| vs {reference}, auc_return |",
-                 "| --- | --- | --- | --- | --- | --- |"]
+        lines = [
+            f"### {env}",
+            "",
+            f"| variant | runs | final return IQM [95% CI] | {reach_header} | vs {reference}, final return "
+            f"| vs {reference}, auc_return |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for variant in loading.variant_order(here["variant"].unique().tolist()):
-            cells = [variant, _runs_cell(runs, env, variant), _iqm_cell(summary, env, variant),
-                     _reach_cell(targets, env, variant)]
+            cells = [
+                variant,
+                _runs_cell(runs, env, variant),
+                _iqm_cell(summary, env, variant),
+                _reach_cell(targets, env, variant),
+            ]
             for metric in stats.RETURN_METRICS:
-                match = verdicts[(verdicts["env"] == env) & (verdicts["variant"] == variant) & (verdicts["metric"] == metric)]
+                match = verdicts[
+                    (verdicts["env"] == env) & (verdicts["variant"] == variant) & (verdicts["metric"] == metric)
+                ]
                 cells.append("-" if variant == reference else verdict_cell(None if match.empty else match.iloc[0]))
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("\n".join(lines) + "\n")
     return "\n".join(out)
 
 
-def write_findings(path, summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str,
-                   targets: pd.DataFrame, sources: Sequence[str]) -> None:
+def write_findings(
+    path,
+    summary: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    runs: pd.DataFrame,
+    reference: str,
+    targets: pd.DataFrame,
+    sources: Sequence[str],
+) -> None:
     header = f"# Findings of {', '.join(sources)}\n\n"
     records.atomic_write_text(path, header + findings_markdown(summary, verdicts, runs, reference, targets))

@@ -23,8 +23,8 @@ Arrays: `x`, `y` are `(n,)` scores of one side's runs; paired arrays are aligned
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import optimize
@@ -122,9 +122,15 @@ def pooled_test(tests: Sequence[Test]) -> Test:
     var = sum(s.se**2 for s in tests)
     denom = sum(s.se**4 / s.df for s in tests)
     df = var**2 / denom if denom > 0 else float(sum(s.df for s in tests))
-    return Test(float(np.mean([s.difference for s in tests])), math.sqrt(var) / t, float(df),
-                all(s.paired for s in tests), sum(s.n_x for s in tests), sum(s.n_y for s in tests),
-                float(math.sqrt(sum(s.spread**2 for s in tests)) / t))
+    return Test(
+        float(np.mean([s.difference for s in tests])),
+        math.sqrt(var) / t,
+        float(df),
+        all(s.paired for s in tests),
+        sum(s.n_x for s in tests),
+        sum(s.n_y for s in tests),
+        float(math.sqrt(sum(s.spread**2 for s in tests)) / t),
+    )
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
@@ -199,8 +205,9 @@ class Decision:
     negligible: bool = False  # the interval lies inside the margin: real (if better/worse) but too small to matter
 
 
-def decide(tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = EQUIVALENCE_MARGIN,
-           with_mdd: bool = True) -> list[Decision]:
+def decide(
+    tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = EQUIVALENCE_MARGIN, with_mdd: bool = True
+) -> list[Decision]:
     """Verdicts for a family of tests (see the module doc). `margin` None: no equivalence verdicts
     (raw-return tasks, where a margin in normalized units means nothing). `with_mdd=False` leaves the
     minimum detectable difference NaN (it does not enter the verdict; a null study skips its cost)."""

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
 
 import pandas as pd
 
 from variants.catalog import CATALOG
 
-from . import normalization
 from ..records import EVAL_COLUMNS, STATES
+from . import normalization
 
 RUN_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s", "reason")
 # The diagnostics the report plots; a diagnostics.csv lacking any of them is treated as corrupt.
@@ -67,7 +67,7 @@ class RunRecords:
         """The variant of each unfinished run folder (runs/<env>/<variant>/seed_<k>), in `unfinished`'s order."""
         return [Path(u).parts[-2] for u in self.unfinished]
 
-    def only(self, variants: Collection[str]) -> "RunRecords":
+    def only(self, variants: Collection[str]) -> RunRecords:
         """These records with only the runs of `variants`: unfinished folders of other variants are
         dropped too, unreadable ones stay listed (their variant cannot be trusted)."""
         keep = set(variants)
@@ -75,10 +75,15 @@ class RunRecords:
         def rows(frame: pd.DataFrame) -> pd.DataFrame:
             return frame[frame["variant"].isin(keep)].reset_index(drop=True)
 
-        return RunRecords(rows(self.runs), rows(self.eval_curves), rows(self.diagnostics),
-                          {k: v for k, v in self.configs.items() if k[1] in keep}, self.warnings,
-                          [u for u, v in zip(self.unfinished, self.unfinished_variants()) if v in keep],
-                          {k: v for k, v in self.folders.items() if k[1] in keep})
+        return RunRecords(
+            rows(self.runs),
+            rows(self.eval_curves),
+            rows(self.diagnostics),
+            {k: v for k, v in self.configs.items() if k[1] in keep},
+            self.warnings,
+            [u for u, v in zip(self.unfinished, self.unfinished_variants()) if v in keep],
+            {k: v for k, v in self.folders.items() if k[1] in keep},
+        )
 
 
 def find_run_folders(results_dir: Path) -> list[Path]:
@@ -121,8 +126,9 @@ def scan_results(results_dir: Path) -> RunRecords:
         diagnostics.append(diag.assign(env=row["env"], variant=row["variant"], seed=row["seed"]))
 
     runs = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "path"])
-    runs = runs.astype({"seed": "int64", "final_return": "float64", "auc_return": "float64",
-                        "env_steps": "int64", "wall_s": "float64"})
+    runs = runs.astype(
+        {"seed": "int64", "final_return": "float64", "auc_return": "float64", "env_steps": "int64", "wall_s": "float64"}
+    )
     runs = sort_runs(runs)
     key_columns = ["env", "variant", "seed"]
     eval_curves = _concat(curves, [*key_columns, *EVAL_COLUMNS])
@@ -148,15 +154,19 @@ def scan_many(results_dirs: Sequence[Path], variants: Collection[str] | None = N
     if len(parts) == 1:
         merged = parts[0]
     else:
-        runs = _concat([r.runs.assign(path=[(d / p).as_posix() for p in r.runs["path"]])
-                        for d, r in zip(dirs, parts)], [*RUN_COLUMNS, "path"])
+        runs = _concat(
+            [r.runs.assign(path=[(d / p).as_posix() for p in r.runs["path"]]) for d, r in zip(dirs, parts)],
+            [*RUN_COLUMNS, "path"],
+        )
         key_columns = ["env", "variant", "seed"]
         twice = runs.duplicated(key_columns, keep=False)
         if twice.any():
             first = runs[twice].iloc[0]
             same = (runs[key_columns] == first[key_columns]).all(axis=1)
-            raise DuplicateRun(f"{first['env']} / {first['variant']} / seed {first['seed']} is recorded twice: "
-                               + ", ".join(runs.loc[same, "path"]))
+            raise DuplicateRun(
+                f"{first['env']} / {first['variant']} / seed {first['seed']} is recorded twice: "
+                + ", ".join(runs.loc[same, "path"])
+            )
         configs: dict[tuple[str, str, int], dict] = {}
         folders: dict[tuple[str, str, int], Path] = {}
         for r in parts:

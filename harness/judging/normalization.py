@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -88,7 +88,9 @@ def parse_reference_returns(items: Sequence[str], flag: str) -> dict[str, float]
         except ValueError:
             value = float("nan")
         if not sep or not env.strip() or not np.isfinite(value):
-            raise ValueError(f"{flag} {item!r}: expected ENV=RETURN with a finite number, e.g. {flag} HalfCheetah-v5=9000")
+            raise ValueError(
+                f"{flag} {item!r}: expected ENV=RETURN with a finite number, e.g. {flag} HalfCheetah-v5=9000"
+            )
         out[env.strip()] = value
     return out
 
@@ -98,7 +100,9 @@ def check_distinct(targets: Mapping[str, float], randoms: Mapping[str, float]) -
     for env in sorted(set(targets) | set(randoms)):
         high, low = targets.get(env, R_TARGET.get(env)), randoms.get(env, R_RANDOM.get(env))
         if high is not None and low is not None and high == low:
-            raise ValueError(f"{env}: the target return equals the random return ({high:g}); scores would divide by zero")
+            raise ValueError(
+                f"{env}: the target return equals the random return ({high:g}); scores would divide by zero"
+            )
 
 
 def recorded(configs: Mapping[tuple[str, str, int], dict]) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:

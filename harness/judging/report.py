@@ -18,10 +18,11 @@ from __future__ import annotations
 import html
 import json
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -30,14 +31,17 @@ import pandas as pd
 from variants.catalog import CATALOG, REFERENCE
 from variants.spec import VariantSpec, field_doc
 
-from . import inference, loading, normalization, stats
-from .findings import reach_text, write_findings
-from .figures import FigureFile, draw_figures, variant_colors
-
 from .. import records
+from . import inference, loading, normalization, stats
+from .figures import FigureFile, draw_figures, variant_colors
+from .findings import reach_text, write_findings
 
-VERDICT_CLASSES = {stats.BETTER: "better", stats.WORSE: "worse", stats.NO_DIFFERENCE: "nodiff",
-                   stats.EQUIVALENT: "equiv"}
+VERDICT_CLASSES = {
+    stats.BETTER: "better",
+    stats.WORSE: "worse",
+    stats.NO_DIFFERENCE: "nodiff",
+    stats.EQUIVALENT: "equiv",
+}
 REPORT_PACKAGES = ("numpy", "pandas", "scipy", "rliable", "matplotlib", "seaborn")
 
 
@@ -60,10 +64,16 @@ class NoReadableRuns(ValueError):
 # --- entry points --------------------------------------------------------------------------------
 
 
-def report_command(results_dir: Path, out_dir: Path, reference: str | None = None,
-                   targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
-                   also: Sequence[Path] = (), variants: Sequence[str] | None = None,
-                   pending: int | None = None) -> int:
+def report_command(
+    results_dir: Path,
+    out_dir: Path,
+    reference: str | None = None,
+    targets: Mapping[str, float] | None = None,
+    randoms: Mapping[str, float] | None = None,
+    also: Sequence[Path] = (),
+    variants: Sequence[str] | None = None,
+    pending: int | None = None,
+) -> int:
     """CLI body of `python -m harness report RESULTS [MORE ...] [--variants V,...] --out OUT`: build the
     report and say where it went.
 
@@ -87,9 +97,17 @@ def report_command(results_dir: Path, out_dir: Path, reference: str | None = Non
         print(f"error: cannot write the report to {out_dir}: {problem}", file=sys.stderr)
         return 2
     try:
-        summary = build_report(results_dir, out_dir, reference=reference or stats.REFERENCE_NAME, targets=targets,
-                               randoms=randoms, also=also, variants=variants, pending=pending or None,
-                               reference_required=reference is not None)
+        summary = build_report(
+            results_dir,
+            out_dir,
+            reference=reference or stats.REFERENCE_NAME,
+            targets=targets,
+            randoms=randoms,
+            also=also,
+            variants=variants,
+            pending=pending or None,
+            reference_required=reference is not None,
+        )
     except (NoReadableRuns, loading.DuplicateRun) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -99,15 +117,23 @@ def report_command(results_dir: Path, out_dir: Path, reference: str | None = Non
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     states = ", ".join(f"{n} {state}" for state, n in summary.state_counts.items() if n)
-    print(f"report: {summary.index_html} ({summary.n_runs} runs: {states or 'none readable'}; "
-          f"{len(summary.warnings)} folder(s) skipped)")
+    print(
+        f"report: {summary.index_html} ({summary.n_runs} runs: {states or 'none readable'}; "
+        f"{len(summary.warnings)} folder(s) skipped)"
+    )
     return 0
 
 
 def build_report(
-    results_dir: Path, out_dir: Path, reference: str = stats.REFERENCE_NAME, reps: int = stats.DEFAULT_REPS,
-    targets: Mapping[str, float] | None = None, randoms: Mapping[str, float] | None = None,
-    pending: int | None = None, also: Sequence[Path] = (), variants: Sequence[str] | None = None,
+    results_dir: Path,
+    out_dir: Path,
+    reference: str = stats.REFERENCE_NAME,
+    reps: int = stats.DEFAULT_REPS,
+    targets: Mapping[str, float] | None = None,
+    randoms: Mapping[str, float] | None = None,
+    pending: int | None = None,
+    also: Sequence[Path] = (),
+    variants: Sequence[str] | None = None,
     reference_required: bool = False,
 ) -> ReportSummary:
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
@@ -132,16 +158,19 @@ def build_report(
     if missing:
         raise NoReadableRuns(f"no run of {', '.join(missing)} in {', '.join(map(str, sources))}")
     if data.runs.empty:
-        raise NoReadableRuns(f"{', '.join(map(str, sources))} holds no readable run"
-                             + (f" of {', '.join(variants)}" if variants is not None else "")
-                             + " (every run folder is unfinished or corrupt)")
+        raise NoReadableRuns(
+            f"{', '.join(map(str, sources))} holds no readable run"
+            + (f" of {', '.join(variants)}" if variants is not None else "")
+            + " (every run folder is unfinished or corrupt)"
+        )
     recorded_targets, recorded_randoms, _ = normalization.recorded(data.configs)
     with normalization.extended({**recorded_targets, **(targets or {})}, {**recorded_randoms, **(randoms or {})}):
         return _build_report(data, sources, Path(out_dir), reference, reps, pending)
 
 
-def _build_report(data: loading.RunRecords, sources: Sequence[Path], out_dir: Path, reference: str, reps: int,
-                  pending: int | None) -> ReportSummary:
+def _build_report(
+    data: loading.RunRecords, sources: Sequence[Path], out_dir: Path, reference: str, reps: int, pending: int | None
+) -> ReportSummary:
     # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
     runs = stats.scored_runs(data)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,8 +179,9 @@ def _build_report(data: loading.RunRecords, sources: Sequence[Path], out_dir: Pa
     written.append(_write_runs_csv(out_dir / "runs.csv", data.runs, runs))
     summary = stats.summary_table(runs, reps)
     written.append(_write_frame(out_dir / "summary.csv", summary))
-    verdicts = pd.concat([stats.verdict_table(runs, reference, metric=m, reps=reps) for m in stats.RETURN_METRICS],
-                         ignore_index=True)
+    verdicts = pd.concat(
+        [stats.verdict_table(runs, reference, metric=m, reps=reps) for m in stats.RETURN_METRICS], ignore_index=True
+    )
     written.append(_write_frame(out_dir / "verdicts.csv", verdicts))
     power = stats.power_table(verdicts)
     written.append(_write_frame(out_dir / "power.csv", power))
@@ -171,8 +201,23 @@ def _build_report(data: loading.RunRecords, sources: Sequence[Path], out_dir: Pa
     figures = draw_figures(out_dir, runs, summary, verdicts, curves, diagnostics, colors, reference, reps)
     written.extend(out_dir / f.filename for f in figures)
 
-    page = render_html(sources, runs, summary, verdicts, data.configs, data.warnings, data.unfinished, figures, reference, reps,
-                       power, failures, pending=pending, targets=targets, late=late)
+    page = render_html(
+        sources,
+        runs,
+        summary,
+        verdicts,
+        data.configs,
+        data.warnings,
+        data.unfinished,
+        figures,
+        reference,
+        reps,
+        power,
+        failures,
+        pending=pending,
+        targets=targets,
+        late=late,
+    )
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
     written.append(index)
@@ -203,7 +248,8 @@ def _write_runs_csv(path: Path, recorded: pd.DataFrame, scored: pd.DataFrame) ->
     """runs.csv's columns as recorded, the failure reason, and the scores the statistics used
     (final_score, auc_score: the recorded returns, or a failed or diverged run's failure score)."""
     frame = recorded[[*records.RUNS_COLUMNS, "reason"]].assign(
-        final_score=scored["final_return"].to_numpy(), auc_score=scored["auc_return"].to_numpy())
+        final_score=scored["final_return"].to_numpy(), auc_score=scored["auc_return"].to_numpy()
+    )
     return _write_frame(path, frame)
 
 
@@ -230,11 +276,21 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def render_html(
-    sources: Sequence[Path], runs: pd.DataFrame, summary: pd.DataFrame, verdicts: pd.DataFrame,
-    configs: Mapping[tuple[str, str, int], dict], warnings: Sequence[str], unfinished: Sequence[str],
+    sources: Sequence[Path],
+    runs: pd.DataFrame,
+    summary: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    configs: Mapping[tuple[str, str, int], dict],
+    warnings: Sequence[str],
+    unfinished: Sequence[str],
     figures: Sequence[FigureFile],
-    reference: str, reps: int, power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None,
-    pending: int | None = None, targets: pd.DataFrame | None = None, late: pd.DataFrame | None = None,
+    reference: str,
+    reps: int,
+    power: pd.DataFrame | None = None,
+    failures: pd.DataFrame | None = None,
+    pending: int | None = None,
+    targets: pd.DataFrame | None = None,
+    late: pd.DataFrame | None = None,
 ) -> str:
     """The report page: verdicts, warnings, differences from the reference, summary, runs reaching the
     target, figures, protocol. `sources`: the results folders read (the first names the report)."""
@@ -242,21 +298,30 @@ def render_html(
     envs = loading.env_order(runs["env"].tolist())
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
     parts = [
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
         f"<title>sacbench report: {esc(title)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>sacbench report: {esc(title)}</h1>",
-        (f"<p class=\"warn\"><strong>Live report:</strong> the grid is still running; {pending} planned run(s) "
-         "are still to come. This page is rewritten as runs finish.</p>" if pending else ""),
-        f"<p class=\"lead\">{len(runs)} runs read from "
-        + " and ".join(f"<code>{esc(s)}</code>" for s in sources) + ": "
+        (
+            f'<p class="warn"><strong>Live report:</strong> the grid is still running; {pending} planned run(s) '
+            "are still to come. This page is rewritten as runs finish.</p>"
+            if pending
+            else ""
+        ),
+        f'<p class="lead">{len(runs)} runs read from '
+        + " and ".join(f"<code>{esc(s)}</code>" for s in sources)
+        + ": "
         + ", ".join(f"{n} {esc(s)}" for s, n in counts.items())
-        + (f"; {len(unfinished)} unfinished (no status.json yet: "
-           + ("in progress" if pending else "a rerun of the grid's command resumes them") + ", not counted)"
-           if unfinished else "")
+        + (
+            f"; {len(unfinished)} unfinished (no status.json yet: "
+            + ("in progress" if pending else "a rerun of the grid's command resumes them")
+            + ", not counted)"
+            if unfinished
+            else ""
+        )
         + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")
-        + f". Reference: <code>{esc(reference)}</code>. Tables: <a href=\"runs.csv\">runs.csv</a>, "
-        "<a href=\"summary.csv\">summary.csv</a>, <a href=\"verdicts.csv\">verdicts.csv</a>.</p>",
+        + f'. Reference: <code>{esc(reference)}</code>. Tables: <a href="runs.csv">runs.csv</a>, '
+        '<a href="summary.csv">summary.csv</a>, <a href="verdicts.csv">verdicts.csv</a>.</p>',
         _verdict_section(verdicts, runs, envs, reference, power, failures),
         _identical_note(runs),
         same_as_note(runs),
@@ -285,27 +350,38 @@ code{background:#f4f4f4;padding:0 0.2em}.lead{font-size:1.05em}
 """
 
 
-def _verdict_section(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str], reference: str,
-                     power: pd.DataFrame | None = None, failures: pd.DataFrame | None = None) -> str:
+def _verdict_section(
+    verdicts: pd.DataFrame,
+    runs: pd.DataFrame,
+    envs: Sequence[str],
+    reference: str,
+    power: pd.DataFrame | None = None,
+    failures: pd.DataFrame | None = None,
+) -> str:
     final = verdicts[verdicts["metric"] == "final_return"] if not verdicts.empty else verdicts
     family = int(final["family_size"].max()) if not final.empty else 0
-    intro = (f"<h2>Verdicts: each variant vs <code>{esc(reference)}</code></h2>\n"
-             "<p>From the final return, in normalized score where the environment has constants (0 = uniform random "
-             "policy, 1 = target; raw return otherwise). Each cell compares the runs of the same seed (they share "
-             "their environment and evaluation resets): the mean per-seed difference with its <em>simultaneous</em> "
-             "interval, paired Student t (Welch's unpaired t where the seeds do not match). "
-             + (f"<strong>Family:</strong> the {family} final-return comparisons of this report (per environment and, over "
-                "two or more environments, <em>all</em>); " if family else
-                f"<strong>Family:</strong> none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a "
-                "verdict needs; ")
-             + f"<strong>method:</strong> Bonferroni t intervals at level "
-             f"1 - 0.05/{max(family, 1)} each; <strong>level:</strong> the chance that any cell of the table says better "
-             "or worse when nothing differs is at most 5% (the auc_return verdicts below are a second family at the "
-             "same level). <em>better</em> / <em>worse</em>: the interval lies above / below 0; <em>equivalent</em>: "
-             f"it lies inside +-{inference.EQUIVALENCE_MARGIN:g} normalized (a difference too small to matter); "
-             "<em>no detectable difference</em>: neither, and the cell says how large a difference the runs would "
-             "have detected with 80% probability (so a smaller one may exist). Failed and diverged runs count, scored "
-             "as a random policy from where they stopped.</p>\n")
+    intro = (
+        f"<h2>Verdicts: each variant vs <code>{esc(reference)}</code></h2>\n"
+        "<p>From the final return, in normalized score where the environment has constants (0 = uniform random "
+        "policy, 1 = target; raw return otherwise). Each cell compares the runs of the same seed (they share "
+        "their environment and evaluation resets): the mean per-seed difference with its <em>simultaneous</em> "
+        "interval, paired Student t (Welch's unpaired t where the seeds do not match). "
+        + (
+            f"<strong>Family:</strong> the {family} final-return comparisons of this report (per environment and, over "
+            "two or more environments, <em>all</em>); "
+            if family
+            else f"<strong>Family:</strong> none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a "
+            "verdict needs; "
+        )
+        + f"<strong>method:</strong> Bonferroni t intervals at level "
+        f"1 - 0.05/{max(family, 1)} each; <strong>level:</strong> the chance that any cell of the table says better "
+        "or worse when nothing differs is at most 5% (the auc_return verdicts below are a second family at the "
+        "same level). <em>better</em> / <em>worse</em>: the interval lies above / below 0; <em>equivalent</em>: "
+        f"it lies inside +-{inference.EQUIVALENCE_MARGIN:g} normalized (a difference too small to matter); "
+        "<em>no detectable difference</em>: neither, and the cell says how large a difference the runs would "
+        "have detected with 80% probability (so a smaller one may exist). Failed and diverged runs count, scored "
+        "as a random policy from where they stopped.</p>\n"
+    )
     if verdicts.empty:
         return intro + "<p>No variant other than the reference was run.</p>\n"
     out = [intro, _verdict_grid(final, runs, envs)]
@@ -348,7 +424,7 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
                 detail += f" ({unfinished})"
             if not np.isnan(v["difference"]):
                 units = "" if v["units"] == "normalized" else " return"
-                detail = (f"diff {v['difference']:+.3g}{units} [{v['ci_low']:+.3g}, {v['ci_high']:+.3g}]; " + detail)
+                detail = f"diff {v['difference']:+.3g}{units} [{v['ci_low']:+.3g}, {v['ci_high']:+.3g}]; " + detail
                 if v["verdict"] == stats.NO_DIFFERENCE:
                     detail += f"; none larger than {v['mdd']:.2g} missed (80% power)"
                 if not np.isnan(v["poi"]):
@@ -358,7 +434,7 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
             cells.append(f'<td class="{css}"><strong>{esc(label)}</strong><br><small>{esc(detail)}</small></td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th>variant</th>" + "".join(f"<th>{esc(e)}</th>" for e in panels) + "</tr>"
-    return f"<table class=\"verdicts\"><thead>{head}</thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n"
+    return f'<table class="verdicts"><thead>{head}</thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>\n"
 
 
 def _power_section(power: pd.DataFrame) -> str:
@@ -366,26 +442,49 @@ def _power_section(power: pd.DataFrame) -> str:
     for r in power.itertuples(index=False):
         seeds = "" if np.isnan(r.seeds_for_target_median) else f"{r.seeds_for_target_median:.0f}"
         rows.append((r.metric, r.env, r.n_compared, f"{r.mdd_median:.3g}", f"{r.mdd_max:.3g}", seeds, r.units))
-    return ("<h3>What these runs could detect</h3>\n<p>Minimum detectable difference: the true difference that a "
-            "comparison detects with 80% probability at the family's level, from each comparison's own spread and "
-            f"number of seeds (median and largest over the variants compared). Seeds for {inference.TARGET_DIFFERENCE:g}: "
-            f"how many seeds per variant would detect a difference of {inference.TARGET_DIFFERENCE:g} normalized at the same "
-            "spread and level (median over variants). See <a href=\"power.csv\">power.csv</a>; what pairing by seed "
-            "buys per comparison (the per-seed correlation, paired against unpaired interval widths): "
-            "<a href=\"pairing.csv\">pairing.csv</a>.</p>\n"
-            + _table(["metric", "env", "comparisons", "detectable (median)", "detectable (largest)",
-                      f"seeds for {inference.TARGET_DIFFERENCE:g}", "units"], rows))
+    return (
+        "<h3>What these runs could detect</h3>\n<p>Minimum detectable difference: the true difference that a "
+        "comparison detects with 80% probability at the family's level, from each comparison's own spread and "
+        f"number of seeds (median and largest over the variants compared). Seeds for {inference.TARGET_DIFFERENCE:g}: "
+        f"how many seeds per variant would detect a difference of {inference.TARGET_DIFFERENCE:g} normalized at the same "
+        'spread and level (median over variants). See <a href="power.csv">power.csv</a>; what pairing by seed '
+        "buys per comparison (the per-seed correlation, paired against unpaired interval widths): "
+        '<a href="pairing.csv">pairing.csv</a>.</p>\n'
+        + _table(
+            [
+                "metric",
+                "env",
+                "comparisons",
+                "detectable (median)",
+                "detectable (largest)",
+                f"seeds for {inference.TARGET_DIFFERENCE:g}",
+                "units",
+            ],
+            rows,
+        )
+    )
 
 
 def _failure_rate_section(failures: pd.DataFrame, reference: str) -> str:
     if failures.empty:
         return f"<h3>Failure rates</h3>\n<p>No run of any variant or of {esc(reference)} failed or diverged.</p>\n"
-    rows = [(r.env, r.variant, f"{r.failed}/{r.n_runs}", f"{r.reference_failed}/{r.n_reference_runs}",
-             f"{r.p_value:.3g}", f"{r.p_holm:.3g}") for r in failures.itertuples(index=False)]
-    return ("<h3>Failure rates</h3>\n<p>Runs that failed or diverged, against the reference's in the same env: "
-            "Fisher's exact test, two-sided, Holm-adjusted over the rows of this table (reject at 0.05). "
-            "<a href=\"failures.csv\">failures.csv</a>.</p>\n"
-            + _table(["env", "variant", "failed or diverged", esc(reference), "p", "p (Holm)"], rows))
+    rows = [
+        (
+            r.env,
+            r.variant,
+            f"{r.failed}/{r.n_runs}",
+            f"{r.reference_failed}/{r.n_reference_runs}",
+            f"{r.p_value:.3g}",
+            f"{r.p_holm:.3g}",
+        )
+        for r in failures.itertuples(index=False)
+    ]
+    return (
+        "<h3>Failure rates</h3>\n<p>Runs that failed or diverged, against the reference's in the same env: "
+        "Fisher's exact test, two-sided, Holm-adjusted over the rows of this table (reject at 0.05). "
+        '<a href="failures.csv">failures.csv</a>.</p>\n'
+        + _table(["env", "variant", "failed or diverged", esc(reference), "p", "p (Holm)"], rows)
+    )
 
 
 def identical_variants(runs: pd.DataFrame) -> list[list[str]]:
@@ -405,20 +504,25 @@ def _identical_note(runs: pd.DataFrame) -> str:
     if not groups:
         return ""
     items = "".join(f"<li>{esc(', '.join(g))}</li>" for g in groups)
-    return ("<p>These variants returned exactly the same final and AUC returns in every run, so their curves "
-            f"and intervals coincide in the figures (only the last one drawn is visible):</p><ul>{items}</ul>\n")
+    return (
+        "<p>These variants returned exactly the same final and AUC returns in every run, so their curves "
+        f"and intervals coincide in the figures (only the last one drawn is visible):</p><ul>{items}</ul>\n"
+    )
 
 
 def same_as_note(runs: pd.DataFrame) -> str:
     """Says which catalog entries were not run because another entry's runs compute their numbers
     (`CatalogEntry.same_as`, bit-identity tested), when that entry's runs are here and theirs are not."""
     present = set(runs["variant"])
-    stand_ins = [(name, entry.same_as) for name, entry in CATALOG.items()
-                 if entry.same_as in present and name not in present]
+    stand_ins = [
+        (name, entry.same_as) for name, entry in CATALOG.items() if entry.same_as in present and name not in present
+    ]
     if not stand_ins:
         return ""
-    items = "".join(f"<li><code>{esc(name)}</code>: bit-identical to <code>{esc(other)}</code>, whose rows stand "
-                    f"for both</li>" for name, other in stand_ins)
+    items = "".join(
+        f"<li><code>{esc(name)}</code>: bit-identical to <code>{esc(other)}</code>, whose rows stand for both</li>"
+        for name, other in stand_ins
+    )
     return f"<p>Not run, because another variant's runs compute exactly the same numbers:</p><ul>{items}</ul>\n"
 
 
@@ -426,8 +530,10 @@ def _warning_section(warnings: Sequence[str]) -> str:
     if not warnings:
         return ""
     items = "".join(f"<li>{esc(w)}</li>" for w in warnings)
-    return (f"<div class=\"warn\"><h2>Warnings</h2><p>{len(warnings)} run folder(s) could not be read and are not "
-            f"in any table or figure:</p><ul>{items}</ul></div>\n")
+    return (
+        f'<div class="warn"><h2>Warnings</h2><p>{len(warnings)} run folder(s) could not be read and are not '
+        f"in any table or figure:</p><ul>{items}</ul></div>\n"
+    )
 
 
 def _unfinished_section(unfinished: Sequence[str], pending: int | None) -> str:
@@ -435,8 +541,10 @@ def _unfinished_section(unfinished: Sequence[str], pending: int | None) -> str:
         return ""
     what = "still running" if pending else "stopped before they finished (rerun the grid's command to resume them)"
     items = "".join(f"<li><code>{esc(rel)}</code></li>" for rel in unfinished)
-    return (f"<h3>Unfinished runs</h3><p>{len(unfinished)} run folder(s) without status.json, {what}; they are in "
-            f"no table or figure yet:</p><ul>{items}</ul>\n")
+    return (
+        f"<h3>Unfinished runs</h3><p>{len(unfinished)} run folder(s) without status.json, {what}; they are in "
+        f"no table or figure yet:</p><ul>{items}</ul>\n"
+    )
 
 
 def _spec_key(spec: Mapping[str, Any]) -> str:
@@ -485,8 +593,10 @@ def _differences_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, in
             source += f" (<strong>the reference runs used {len(reference_specs)} different specs; the first is shown</strong>)"
     else:
         reference_spec = REFERENCE.to_dict()
-        source = (f"<strong>no <code>{esc(reference)}</code> run in these results</strong>; compared with the catalog's "
-                  "reference spec (<code>variants.catalog.REFERENCE</code>)")
+        source = (
+            f"<strong>no <code>{esc(reference)}</code> run in these results</strong>; compared with the catalog's "
+            "reference spec (<code>variants.catalog.REFERENCE</code>)"
+        )
     out.append(f"<p>Generated from the <code>spec</code> of each run's config.json; reference: {source}.</p>")
     variants = [v for v in loading.variant_order(runs["variant"].tolist()) if v != reference]
     if not variants:
@@ -505,10 +615,18 @@ def _differences_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, in
             if not diffs:
                 out.append("<p>Same spec as the reference.</p>")
                 continue
-            out.append(_table(["field", "reference", "this variant", "meaning"],
-                              [(f, json.dumps(a), json.dumps(b), _field_doc(f)) for f, a, b in diffs]))
-        overrides = sorted({json.dumps(configs[(r.env, r.variant, r.seed)].get("overrides") or {}, sort_keys=True)
-                            for r in runs[runs["variant"] == variant].itertuples(index=False)})
+            out.append(
+                _table(
+                    ["field", "reference", "this variant", "meaning"],
+                    [(f, json.dumps(a), json.dumps(b), _field_doc(f)) for f, a, b in diffs],
+                )
+            )
+        overrides = sorted(
+            {
+                json.dumps(configs[(r.env, r.variant, r.seed)].get("overrides") or {}, sort_keys=True)
+                for r in runs[runs["variant"] == variant].itertuples(index=False)
+            }
+        )
         if overrides != ["{}"]:
             out.append("<p>--set overrides: " + "; ".join(f"<code>{esc(o)}</code>" for o in overrides) + "</p>")
     return "\n".join(out) + "\n"
@@ -534,23 +652,26 @@ def _summary_section(summary: pd.DataFrame) -> str:
             row.append(f"{_num(r['estimate'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}] (n {int(r['n_runs'])})")
         rows.append(row)
     header = ["variant", *[f"{e} (normalized)" if e == stats.ALL_ENVS else e for e in envs]]
-    return ("<h2>Final return (IQM, 95% CI)</h2>\n<p>Raw returns per environment; <em>all</em>: normalized scores "
-            "(0 = uniform random policy, 1 = target) pooled over the same environments for every variant (failed and "
-            "diverged runs at their failure score). "
-            "Every metric is in <a href=\"summary.csv\">summary.csv</a>.</p>\n" + _table(header, rows)
-            + _raw_only_note(envs))
+    return (
+        "<h2>Final return (IQM, 95% CI)</h2>\n<p>Raw returns per environment; <em>all</em>: normalized scores "
+        "(0 = uniform random policy, 1 = target) pooled over the same environments for every variant (failed and "
+        "diverged runs at their failure score). "
+        'Every metric is in <a href="summary.csv">summary.csv</a>.</p>\n' + _table(header, rows) + _raw_only_note(envs)
+    )
 
 
 def _target_section(targets: pd.DataFrame | None) -> str:
     if targets is None or targets.empty:
         return ""
     rows = [(r["env"], r["variant"], f"{r['target']:g}", reach_text(r)) for _, r in targets.iterrows()]
-    return ("<h2>Reaching the target</h2>\n<p>Per environment with a target return, how many runs had an "
-            "evaluation (the mean return of its episodes) at or above it, and the env step of each one's first "
-            "(median and range over the runs that reached it). Runs of every state count: one that reached the "
-            "target before it failed did reach it. Descriptive: no verdict is drawn from it, and it is not in the "
-            "families above. <a href=\"targets.csv\">targets.csv</a>.</p>\n"
-            + _table(["env", "variant", "target", "reached (first at)"], rows))
+    return (
+        "<h2>Reaching the target</h2>\n<p>Per environment with a target return, how many runs had an "
+        "evaluation (the mean return of its episodes) at or above it, and the env step of each one's first "
+        "(median and range over the runs that reached it). Runs of every state count: one that reached the "
+        "target before it failed did reach it. Descriptive: no verdict is drawn from it, and it is not in the "
+        'families above. <a href="targets.csv">targets.csv</a>.</p>\n'
+        + _table(["env", "variant", "target", "reached (first at)"], rows)
+    )
 
 
 def _spread_text(row: pd.Series, column: str, scale: float = 1.0, spec: str = ".3g") -> str:
@@ -564,18 +685,30 @@ def _late_section(late: pd.DataFrame | None) -> str:
     if late is None or late.empty:
         return ""
     # (column, scale, format): the log-prob gap in fixed point, as it is compared with 0.
-    shown = [("alpha", 1.0, ".3g"), ("entropy", 1.0, ".3g"), ("q_mean", 1.0, ".3g"), ("critic_loss", 1.0, ".3g"),
-             ("saturation_fraction", 100.0, ".3g"), ("log_prob_gap", 1.0, ".4f")]
-    rows = [(r["env"], r["variant"], str(r["n_runs"]), *(_spread_text(r, c, k, f) for c, k, f in shown))
-            for _, r in late.iterrows()]
-    return ("<h2>At the end of training</h2>\n<p>The diagnostics over the last "
-            f"{stats.LATE_FRACTION:.0%} of each complete run's env steps (the mean over its intervals there), as the "
-            "median over runs [min, max]. Saturated: the share (%) of sampled action components with |tanh(u)| "
-            "&gt; 0.999; log-prob gap: how far the naive log(1 - tanh(u)^2 + eps) is from the stable form on the "
-            "sampled actions (0: the forms agree). A dash: the run did not record it (a peer implementation). "
-            "Descriptive: no verdict is drawn from it. <a href=\"late_diagnostics.csv\">late_diagnostics.csv</a>.</p>\n"
-            + _table(["env", "variant", "runs", "alpha", "entropy", "mean Q", "critic loss", "saturated (%)",
-                      "log-prob gap"], rows))
+    shown = [
+        ("alpha", 1.0, ".3g"),
+        ("entropy", 1.0, ".3g"),
+        ("q_mean", 1.0, ".3g"),
+        ("critic_loss", 1.0, ".3g"),
+        ("saturation_fraction", 100.0, ".3g"),
+        ("log_prob_gap", 1.0, ".4f"),
+    ]
+    rows = [
+        (r["env"], r["variant"], str(r["n_runs"]), *(_spread_text(r, c, k, f) for c, k, f in shown))
+        for _, r in late.iterrows()
+    ]
+    return (
+        "<h2>At the end of training</h2>\n<p>The diagnostics over the last "
+        f"{stats.LATE_FRACTION:.0%} of each complete run's env steps (the mean over its intervals there), as the "
+        "median over runs [min, max]. Saturated: the share (%) of sampled action components with |tanh(u)| "
+        "&gt; 0.999; log-prob gap: how far the naive log(1 - tanh(u)^2 + eps) is from the stable form on the "
+        "sampled actions (0: the forms agree). A dash: the run did not record it (a peer implementation). "
+        'Descriptive: no verdict is drawn from it. <a href="late_diagnostics.csv">late_diagnostics.csv</a>.</p>\n'
+        + _table(
+            ["env", "variant", "runs", "alpha", "entropy", "mean Q", "critic loss", "saturated (%)", "log-prob gap"],
+            rows,
+        )
+    )
 
 
 def _raw_only_note(envs: Sequence[str]) -> str:
@@ -583,9 +716,11 @@ def _raw_only_note(envs: Sequence[str]) -> str:
     raw = [e for e in envs if e != stats.ALL_ENVS and not normalization.can_normalize(e)]
     if not raw:
         return ""
-    return (f"<p>No target and random return are known for {esc(', '.join(raw))}: raw returns only, and left out "
-            "of the pooled <em>all</em> column (give <code>--target ENV=RETURN --random ENV=RETURN</code> to "
-            "<code>harness run</code> or <code>harness report</code> to include them).</p>\n")
+    return (
+        f"<p>No target and random return are known for {esc(', '.join(raw))}: raw returns only, and left out "
+        "of the pooled <em>all</em> column (give <code>--target ENV=RETURN --random ENV=RETURN</code> to "
+        "<code>harness run</code> or <code>harness report</code> to include them).</p>\n"
+    )
 
 
 def _figure_sections(figures: Sequence[FigureFile], runs: pd.DataFrame) -> str:
@@ -597,8 +732,10 @@ def _figure_sections(figures: Sequence[FigureFile], runs: pd.DataFrame) -> str:
             out.append(f"<h3>{esc(section)}</h3>")
         if section == "Run states":
             out.append(_failures_table(runs))
-        out.append(f"<figure><img src=\"{esc(quote(figure.filename))}\" alt=\"{esc(figure.title)}\">"
-                   f"<figcaption><strong>{esc(figure.title)}.</strong> {esc(figure.caption)}</figcaption></figure>")
+        out.append(
+            f'<figure><img src="{esc(quote(figure.filename))}" alt="{esc(figure.title)}">'
+            f"<figcaption><strong>{esc(figure.title)}.</strong> {esc(figure.caption)}</figcaption></figure>"
+        )
     if not figures:
         out.append("<p>No readable run: no figure.</p>")
     return "\n".join(out) + "\n"
@@ -609,8 +746,9 @@ def _failures_table(runs: pd.DataFrame) -> str:
     if bad.empty:
         return "<p>Every run completed.</p>"
     rows = [(r.env, r.variant, r.seed, r.state, r.env_steps, r.reason) for r in bad.itertuples(index=False)]
-    return ("<p>Runs that did not complete (counted here, left out of every aggregate):</p>\n"
-            + _table(["env", "variant", "seed", "state", "env steps reached", "reason"], rows))
+    return "<p>Runs that did not complete (counted here, left out of every aggregate):</p>\n" + _table(
+        ["env", "variant", "seed", "state", "env steps reached", "reason"], rows
+    )
 
 
 def _distinct(values: Iterable[Any]) -> list[tuple[str, int]]:
@@ -632,17 +770,42 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
             budget = json.loads(budget_text) if budget_text != "null" else {}
             budget = budget if isinstance(budget, dict) else {}
             seeds = sorted({r.seed for r, c in mine if json.dumps(c.get("budget"), sort_keys=True) == budget_text})
-            budget_rows.append((env, budget.get("profile", ""), budget.get("total_steps", ""), budget.get("eval_points", ""),
-                                budget.get("eval_episodes", ""), budget.get("diag_every", ""), _seed_text(seeds), n))
+            budget_rows.append(
+                (
+                    env,
+                    budget.get("profile", ""),
+                    budget.get("total_steps", ""),
+                    budget.get("eval_points", ""),
+                    budget.get("eval_episodes", ""),
+                    budget.get("diag_every", ""),
+                    _seed_text(seeds),
+                    n,
+                )
+            )
     out.append("<h3>Budgets and seeds</h3>")
-    out.append(_table(["env", "profile", "env steps per run", "evaluations", "episodes per evaluation",
-                       "diagnostics every", "seeds", "runs"], budget_rows))
+    out.append(
+        _table(
+            [
+                "env",
+                "profile",
+                "env steps per run",
+                "evaluations",
+                "episodes per evaluation",
+                "diagnostics every",
+                "seeds",
+                "runs",
+            ],
+            budget_rows,
+        )
+    )
 
     seeds_rows = []
     for env in loading.env_order(runs["env"].tolist()):
         for variant in loading.variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
             cell = runs[(runs["env"] == env) & (runs["variant"] == variant)]
-            states = ", ".join(f"{int((cell['state'] == s).sum())} {s}" for s in records.STATES if (cell["state"] == s).any())
+            states = ", ".join(
+                f"{int((cell['state'] == s).sum())} {s}" for s in records.STATES if (cell["state"] == s).any()
+            )
             seeds_rows.append((env, variant, _seed_text(sorted(cell["seed"].tolist())), states))
     out.append(_table(["env", "variant", "seeds", "states"], seeds_rows))
 
@@ -651,11 +814,17 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
     package_names = sorted({k for _, c in keyed for k in (c.get("versions") or {})})
     for name in package_names:
         provenance.append((name, _distinct_text(_distinct((c.get("versions") or {}).get(name) for _, c in keyed))))
-    for key, label in (("git_commit", "git commit"), ("platform", "machine"), ("device", "device"),
-                       ("members", "seeds per batched learner")):
+    for key, label in (
+        ("git_commit", "git commit"),
+        ("platform", "machine"),
+        ("device", "device"),
+        ("members", "seeds per batched learner"),
+    ):
         provenance.append((label, _distinct_text(_distinct(c.get(key) for _, c in keyed))))
     commands = _distinct(" ".join(c.get("command") or []) for _, c in keyed)
-    provenance.append(("commands", _distinct_text(commands[:5]) + (f" ... ({len(commands)} in all)" if len(commands) > 5 else "")))
+    provenance.append(
+        ("commands", _distinct_text(commands[:5]) + (f" ... ({len(commands)} in all)" if len(commands) > 5 else ""))
+    )
     out.append(_table(["what", "value (runs)"], provenance))
 
     out.append("<h3>Statistics</h3>")
@@ -680,10 +849,19 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
         "<code>python -m harness.running.random_baseline</code> (100 episodes per env, uniform random actions, seed 0).</li>"
         "</ul>"
     )
-    out.append(_table(["env", "R_random", "R_target"],
-                      [(e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}")
-                       for e in loading.env_order(runs["env"].tolist()) if normalization.can_normalize(e)]))
-    out.append("<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>")
+    out.append(
+        _table(
+            ["env", "R_random", "R_target"],
+            [
+                (e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}")
+                for e in loading.env_order(runs["env"].tolist())
+                if normalization.can_normalize(e)
+            ],
+        )
+    )
+    out.append(
+        "<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -712,7 +890,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m harness.judging.report RESULTS --out OUT` (the harness CLI calls `report_command` directly)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m harness.judging.report", description="Build the report of a results folder.")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.judging.report", description="Build the report of a results folder."
+    )
     parser.add_argument("results", type=Path, help="results folder (results/NAME)")
     parser.add_argument("--out", type=Path, required=True, help="report folder (reports/NAME)")
     parser.add_argument("--reference", default=None, help="variant the others are compared with (default: reference)")

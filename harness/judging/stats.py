@@ -21,15 +21,15 @@ from __future__ import annotations
 import contextlib
 import math
 import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from rliable import library as rly
 
-from . import inference, normalization
 from ..records import STATES
+from . import inference, normalization
 from .loading import PLOTTED_DIAGNOSTICS, RunRecords, env_order, sort_runs, variant_order
 
 # --- constants -----------------------------------------------------------------------------------
@@ -74,8 +74,9 @@ class Interval:
 def not_complete_text(runs: pd.DataFrame, variant: str, env: str) -> str:
     """'2 failed, 1 diverged' for the variant's runs in `env` (all envs for `ALL_ENVS`), '' if none."""
     mine = runs[(runs["variant"] == variant) & ((runs["env"] == env) | (env == ALL_ENVS))]
-    return ", ".join(f"{int((mine['state'] == s).sum())} {s}" for s in STATES
-                     if s != "complete" and (mine["state"] == s).any())
+    return ", ".join(
+        f"{int((mine['state'] == s).sum())} {s}" for s in STATES if s != "complete" and (mine["state"] == s).any()
+    )
 
 
 # --- which runs count ----------------------------------------------------------------------------
@@ -101,7 +102,9 @@ def failure_floor(env: str, runs: pd.DataFrame, metric: str) -> float:
     return float(done.min()) if len(done) else math.nan
 
 
-def score_failures(runs: pd.DataFrame, eval_curves: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict]) -> pd.DataFrame:
+def score_failures(
+    runs: pd.DataFrame, eval_curves: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict]
+) -> pd.DataFrame:
     """`runs` with a score for every failed or diverged run, so that a variant is not judged on its survivors.
 
     A run that stopped is scored as if its policy from then on were no better than a uniform random one
@@ -114,15 +117,22 @@ def score_failures(runs: pd.DataFrame, eval_curves: pd.DataFrame, configs: Mappi
     for i, row in out.iterrows():
         if row["state"] == "complete":
             continue
-        curve = eval_curves[(eval_curves["env"] == row["env"]) & (eval_curves["variant"] == row["variant"])
-                            & (eval_curves["seed"] == row["seed"])].sort_values("env_step")
+        curve = eval_curves[
+            (eval_curves["env"] == row["env"])
+            & (eval_curves["variant"] == row["variant"])
+            & (eval_curves["seed"] == row["seed"])
+        ].sort_values("env_step")
         means = curve["return_mean"].astype(float).tolist()
         floor = failure_floor(row["env"], runs, "final_return")
         if math.isnan(floor):
             continue  # no way to score it: left out, and the failure table still counts it
         final = min(means[-1], floor) if means else floor
-        points = int(configs.get((row["env"], row["variant"], int(row["seed"])), {}).get("budget", {}).get(
-            "eval_points", len(means)) or len(means))
+        points = int(
+            configs.get((row["env"], row["variant"], int(row["seed"])), {})
+            .get("budget", {})
+            .get("eval_points", len(means))
+            or len(means)
+        )
         filled = means + [final] * max(0, points - len(means))
         out.at[i, "final_return"] = final
         out.at[i, "auc_return"] = float(np.mean(filled)) if filled else final
@@ -291,8 +301,9 @@ def aggregate_intervals(
         return np.array(values)
 
     points, intervals = _interval_estimates(columns, statistics, reps, seed)
-    return {name: Interval(float(points[k]), float(intervals[0, k]), float(intervals[1, k]))
-            for k, name in enumerate(names)}
+    return {
+        name: Interval(float(points[k]), float(intervals[0, k]), float(intervals[1, k])) for k, name in enumerate(names)
+    }
 
 
 def pairwise_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
@@ -348,7 +359,8 @@ def performance_profiles(
     profiles, intervals = {}, {}
     for name, matrix in scores.items():
         profiles[name], intervals[name] = _interval_estimates(
-            task_columns(matrix), profile, reps, stable_seed("profile", name, seed))
+            task_columns(matrix), profile, reps, stable_seed("profile", name, seed)
+        )
     return profiles, intervals
 
 
@@ -403,14 +415,38 @@ def _order_summary(frame: pd.DataFrame) -> pd.DataFrame:
     envs = {e: i for i, e in enumerate([*env_order([e for e in frame["env"] if e != ALL_ENVS]), ALL_ENVS])}
     variants = {v: i for i, v in enumerate(variant_order(frame["variant"].tolist()))}
     metrics = {f"{m}_{a}": i for i, (m, a) in enumerate((m, a) for m in RETURN_METRICS for a in AGGREGATES)}
-    key = pd.DataFrame({"e": frame["env"].map(envs), "m": frame["metric"].map(metrics), "v": frame["variant"].map(variants)})
+    key = pd.DataFrame(
+        {"e": frame["env"].map(envs), "m": frame["metric"].map(metrics), "v": frame["variant"].map(variants)}
+    )
     return frame.loc[key.sort_values(["e", "m", "v"], kind="stable").index].reset_index(drop=True)
 
 
 VERDICT_COLUMNS = (
-    "env", "variant", "reference", "metric", "units", "verdict", "difference", "ci_low", "ci_high",
-    "p_value", "p_adjusted", "mdd", "seeds_for_target", "paired", "n_pairs", "n_runs", "n_reference_runs",
-    "negligible", "family_size", "level", "margin", "poi", "poi_ci_low", "poi_ci_high", "envs_compared",
+    "env",
+    "variant",
+    "reference",
+    "metric",
+    "units",
+    "verdict",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+    "mdd",
+    "seeds_for_target",
+    "paired",
+    "n_pairs",
+    "n_runs",
+    "n_reference_runs",
+    "negligible",
+    "family_size",
+    "level",
+    "margin",
+    "poi",
+    "poi_ci_low",
+    "poi_ci_high",
+    "envs_compared",
 )
 
 
@@ -423,8 +459,9 @@ def _seed_scores(runs: pd.DataFrame, env: str, variant: str, metric: str, normal
     return dict(zip(cell["seed"].astype(int), values.tolist()))
 
 
-def paired_differences(runs: pd.DataFrame, env: str, variant: str, reference: str, metric: str,
-                       normalize: bool) -> dict[int, float]:
+def paired_differences(
+    runs: pd.DataFrame, env: str, variant: str, reference: str, metric: str, normalize: bool
+) -> dict[int, float]:
     """`{seed: variant's metric - reference's}` over the seeds both have runs of in `env` (counted runs)."""
     x = _seed_scores(runs, env, variant, metric, normalize)
     y = _seed_scores(runs, env, reference, metric, normalize)
@@ -432,9 +469,14 @@ def paired_differences(runs: pd.DataFrame, env: str, variant: str, reference: st
 
 
 def verdict_table(
-    runs: pd.DataFrame, reference: str = "reference", metric: str = "final_return",
-    reps: int = DEFAULT_REPS, min_runs: int = MIN_RUNS_FOR_VERDICT, alpha: float = inference.ALPHA,
-    margin: float = inference.EQUIVALENCE_MARGIN, target: float = inference.TARGET_DIFFERENCE,
+    runs: pd.DataFrame,
+    reference: str = "reference",
+    metric: str = "final_return",
+    reps: int = DEFAULT_REPS,
+    min_runs: int = MIN_RUNS_FOR_VERDICT,
+    alpha: float = inference.ALPHA,
+    margin: float = inference.EQUIVALENCE_MARGIN,
+    target: float = inference.TARGET_DIFFERENCE,
     effect_sizes: bool = True,
 ) -> pd.DataFrame:
     """Verdict of every variant but `reference`, per env and pooled over the normalizable envs.
@@ -467,8 +509,14 @@ def verdict_table(
             normalize = normalization.can_normalize(env)
             x = _seed_scores(counted, env, variant, metric, normalize)
             y = _seed_scores(counted, env, reference, metric, normalize)
-            row = {"env": env, "variant": variant, "n_runs": len(x), "n_reference_runs": len(y),
-                   "units": "normalized" if normalize else "return", "envs_compared": env}
+            row = {
+                "env": env,
+                "variant": variant,
+                "n_runs": len(x),
+                "n_reference_runs": len(y),
+                "units": "normalized" if normalize else "return",
+                "envs_compared": env,
+            }
             if not has_reference or not y:
                 row["verdict"] = NO_REFERENCE
             elif min(len(x), len(y)) < min_runs:
@@ -480,11 +528,16 @@ def verdict_table(
                 if normalize:
                     compared.append((env, row["test"]))
             cells.append(row)
-        pooled = {"env": ALL_ENVS, "variant": variant, "units": "normalized",
-                  "envs_compared": ";".join(e for e, _ in compared)}
+        pooled = {
+            "env": ALL_ENVS,
+            "variant": variant,
+            "units": "normalized",
+            "envs_compared": ";".join(e for e, _ in compared),
+        }
         pooled["n_runs"] = sum(r["n_runs"] for r in cells if r["variant"] == variant and r["env"] in dict(compared))
-        pooled["n_reference_runs"] = sum(r["n_reference_runs"] for r in cells
-                                         if r["variant"] == variant and r["env"] in dict(compared))
+        pooled["n_reference_runs"] = sum(
+            r["n_reference_runs"] for r in cells if r["variant"] == variant and r["env"] in dict(compared)
+        )
         if not has_reference:
             pooled["verdict"] = NO_REFERENCE
         elif not compared:
@@ -493,9 +546,16 @@ def verdict_table(
             pooled["test"] = inference.pooled_test([t for _, t in compared])
             pooled["alias"] = len(compared) == 1  # the same comparison as its env's row
             both = score_dict(counted, metric, [e for e, _ in compared])
-            pooled["poi"] = None if not effect_sizes else probability_of_improvement(
-                both[variant], both[reference], reps,
-                stable_seed("poi", ALL_ENVS, *(e for e, _ in compared), variant, reference, metric))
+            pooled["poi"] = (
+                None
+                if not effect_sizes
+                else probability_of_improvement(
+                    both[variant],
+                    both[reference],
+                    reps,
+                    stable_seed("poi", ALL_ENVS, *(e for e, _ in compared), variant, reference, metric),
+                )
+            )
         cells.append(pooled)
 
     family = [r for r in cells if "test" in r and not r.get("alias")]
@@ -510,34 +570,59 @@ def verdict_table(
         seeds = None
         if decision is not None and effect_sizes and r["units"] == "normalized":
             seeds = inference.seeds_needed(test, target, level)
-        rows.append({
-            "env": r["env"], "variant": r["variant"], "reference": reference, "metric": metric, "units": r["units"],
-            "verdict": decision.verdict if decision else r["verdict"],
-            "difference": test.difference if test else math.nan,
-            "ci_low": decision.low if decision else math.nan, "ci_high": decision.high if decision else math.nan,
-            "p_value": decision.p_value if decision else math.nan,
-            "p_adjusted": decision.p_adjusted if decision else math.nan,
-            "mdd": decision.mdd if decision else math.nan,
-            "seeds_for_target": math.nan if seeds is None else seeds,
-            "paired": bool(test.paired) if test else False,
-            "n_pairs": test.n_x if test is not None and test.paired else 0,
-            "n_runs": r["n_runs"], "n_reference_runs": r["n_reference_runs"],
-            "negligible": bool(decision.negligible) if decision else False,
-            "family_size": len(family), "level": level,
-            "margin": margin if r["units"] == "normalized" else math.nan,
-            "poi": poi.estimate if poi else math.nan, "poi_ci_low": poi.low if poi else math.nan,
-            "poi_ci_high": poi.high if poi else math.nan, "envs_compared": r["envs_compared"],
-        })
+        rows.append(
+            {
+                "env": r["env"],
+                "variant": r["variant"],
+                "reference": reference,
+                "metric": metric,
+                "units": r["units"],
+                "verdict": decision.verdict if decision else r["verdict"],
+                "difference": test.difference if test else math.nan,
+                "ci_low": decision.low if decision else math.nan,
+                "ci_high": decision.high if decision else math.nan,
+                "p_value": decision.p_value if decision else math.nan,
+                "p_adjusted": decision.p_adjusted if decision else math.nan,
+                "mdd": decision.mdd if decision else math.nan,
+                "seeds_for_target": math.nan if seeds is None else seeds,
+                "paired": bool(test.paired) if test else False,
+                "n_pairs": test.n_x if test is not None and test.paired else 0,
+                "n_runs": r["n_runs"],
+                "n_reference_runs": r["n_reference_runs"],
+                "negligible": bool(decision.negligible) if decision else False,
+                "family_size": len(family),
+                "level": level,
+                "margin": margin if r["units"] == "normalized" else math.nan,
+                "poi": poi.estimate if poi else math.nan,
+                "poi_ci_low": poi.low if poi else math.nan,
+                "poi_ci_high": poi.high if poi else math.nan,
+                "envs_compared": r["envs_compared"],
+            }
+        )
     frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
-    return frame.astype({"difference": "float64", "ci_low": "float64", "ci_high": "float64", "p_value": "float64",
-                         "p_adjusted": "float64", "mdd": "float64", "seeds_for_target": "float64",
-                         "poi": "float64", "poi_ci_low": "float64", "poi_ci_high": "float64",
-                         "n_runs": "int64", "n_reference_runs": "int64", "margin": "float64"})
+    return frame.astype(
+        {
+            "difference": "float64",
+            "ci_low": "float64",
+            "ci_high": "float64",
+            "p_value": "float64",
+            "p_adjusted": "float64",
+            "mdd": "float64",
+            "seeds_for_target": "float64",
+            "poi": "float64",
+            "poi_ci_low": "float64",
+            "poi_ci_high": "float64",
+            "n_runs": "int64",
+            "n_reference_runs": "int64",
+            "margin": "float64",
+        }
+    )
 
 
 def _poi(x: Mapping[int, float], y: Mapping[int, float], reps: int, seed: int) -> Interval:
-    return probability_of_improvement(np.array(list(x.values()))[:, None], np.array(list(y.values()))[:, None],
-                                      reps, seed)
+    return probability_of_improvement(
+        np.array(list(x.values()))[:, None], np.array(list(y.values()))[:, None], reps, seed
+    )
 
 
 def power_table(verdicts: pd.DataFrame) -> pd.DataFrame:
@@ -552,14 +637,33 @@ def power_table(verdicts: pd.DataFrame) -> pd.DataFrame:
     # An 'all' row over one environment repeats that environment's comparison.
     tested = tested[(tested["env"] != ALL_ENVS) | tested["envs_compared"].str.contains(";")]
     for (metric, env), cell in tested.groupby(["metric", "env"], sort=False):
-        rows.append((metric, env, len(cell), float(cell["mdd"].median()), float(cell["mdd"].max()),
-                     float(cell["seeds_for_target"].median()), cell["units"].iloc[0]))
-    return pd.DataFrame(rows, columns=["metric", "env", "n_compared", "mdd_median", "mdd_max",
-                                       "seeds_for_target_median", "units"])
+        rows.append(
+            (
+                metric,
+                env,
+                len(cell),
+                float(cell["mdd"].median()),
+                float(cell["mdd"].max()),
+                float(cell["seeds_for_target"].median()),
+                cell["units"].iloc[0],
+            )
+        )
+    return pd.DataFrame(
+        rows, columns=["metric", "env", "n_compared", "mdd_median", "mdd_max", "seeds_for_target_median", "units"]
+    )
 
 
-PAIRING_COLUMNS = ("env", "variant", "metric", "units", "n_pairs", "correlation", "half_width_paired",
-                   "half_width_unpaired", "ratio")
+PAIRING_COLUMNS = (
+    "env",
+    "variant",
+    "metric",
+    "units",
+    "n_pairs",
+    "correlation",
+    "half_width_paired",
+    "half_width_unpaired",
+    "ratio",
+)
 
 
 def pairing_table(runs: pd.DataFrame, reference: str = "reference", level: float = 0.95) -> pd.DataFrame:
@@ -587,8 +691,19 @@ def pairing_table(runs: pd.DataFrame, reference: str = "reference", level: float
                 hp = paired.interval(level)[1] - paired.difference
                 hu = unpaired.interval(level)[1] - unpaired.difference
                 corr = float(np.corrcoef(xs, ys)[0, 1]) if xs.std() > 0 and ys.std() > 0 else float("nan")
-                rows.append([env, variant, metric, "normalized" if normalize else "return", xs.size, corr,
-                             hp, hu, hp / hu if hu > 0 else float("nan")])
+                rows.append(
+                    [
+                        env,
+                        variant,
+                        metric,
+                        "normalized" if normalize else "return",
+                        xs.size,
+                        corr,
+                        hp,
+                        hu,
+                        hp / hu if hu > 0 else float("nan"),
+                    ]
+                )
     return pd.DataFrame(rows, columns=list(PAIRING_COLUMNS))
 
 
@@ -632,8 +747,9 @@ def iqm_learning_curves(eval_curves: pd.DataFrame, runs: pd.DataFrame, reps: int
     for env in env_order(curves["env"].tolist()):
         for variant in variant_order(curves.loc[curves["env"] == env, "variant"].tolist()):
             cell = curves[(curves["env"] == env) & (curves["variant"] == variant)]
-            table = cell.pivot_table(index="seed", columns="env_step", values="return_mean", aggfunc="first",
-                                     dropna=False)
+            table = cell.pivot_table(
+                index="seed", columns="env_step", values="return_mean", aggfunc="first", dropna=False
+            )
             table = table.loc[:, table.notna().all(axis=0)]  # steps every run evaluated
             if table.shape[1] == 0:
                 continue
@@ -644,16 +760,34 @@ def iqm_learning_curves(eval_curves: pd.DataFrame, runs: pd.DataFrame, reps: int
 
             with seeded_global_numpy(stable_seed("curve", env, variant)):
                 points, intervals = rly.get_interval_estimates(
-                    {"curve": matrix}, iqm_per_step, reps=reps, confidence_interval_size=CONFIDENCE)
+                    {"curve": matrix}, iqm_per_step, reps=reps, confidence_interval_size=CONFIDENCE
+                )
             for k, step in enumerate(table.columns):
-                rows.append((env, variant, int(step), float(points["curve"][k]), float(intervals["curve"][0, k]),
-                             float(intervals["curve"][1, k]), matrix.shape[0]))
+                rows.append(
+                    (
+                        env,
+                        variant,
+                        int(step),
+                        float(points["curve"][k]),
+                        float(intervals["curve"][0, k]),
+                        float(intervals["curve"][1, k]),
+                        matrix.shape[0],
+                    )
+                )
     return pd.DataFrame(rows, columns=["env", "variant", "env_step", "iqm", "ci_low", "ci_high", "n_runs"])
 
 
 FIRST_REACH_COLUMNS = ("env", "variant", "seed", "state", "target", "first_step")
-TARGET_COLUMNS = ("env", "variant", "target", "n_runs", "n_reached", "first_step_median", "first_step_min",
-                  "first_step_max")
+TARGET_COLUMNS = (
+    "env",
+    "variant",
+    "target",
+    "n_runs",
+    "n_reached",
+    "first_step_median",
+    "first_step_min",
+    "first_step_max",
+)
 
 
 def first_reach_steps(eval_curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -668,7 +802,9 @@ def first_reach_steps(eval_curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataF
     at_target = eval_curves["return_mean"] >= eval_curves["env"].map(normalization.R_TARGET)
     first = eval_curves[at_target].groupby(keys)["env_step"].min().astype("float64").rename("first_step")
     with_target = sort_runs(runs[runs["env"].isin(list(normalization.R_TARGET))])
-    frame = with_target[[*keys, "state"]].assign(target=with_target["env"].map(normalization.R_TARGET).astype("float64"))
+    frame = with_target[[*keys, "state"]].assign(
+        target=with_target["env"].map(normalization.R_TARGET).astype("float64")
+    )
     frame = frame.merge(first.reset_index(), on=keys, how="left")
     return frame.astype({"seed": "int64"})[list(FIRST_REACH_COLUMNS)].reset_index(drop=True)
 
@@ -695,8 +831,12 @@ def target_table(first_reach: pd.DataFrame) -> pd.DataFrame:
 LATE_FRACTION = 0.1  # "the end of training": the last tenth of a run's env steps
 
 
-def late_diagnostics(diagnostics: pd.DataFrame, runs: pd.DataFrame, fraction: float = LATE_FRACTION,
-                     columns: Sequence[str] = PLOTTED_DIAGNOSTICS) -> pd.DataFrame:
+def late_diagnostics(
+    diagnostics: pd.DataFrame,
+    runs: pd.DataFrame,
+    fraction: float = LATE_FRACTION,
+    columns: Sequence[str] = PLOTTED_DIAGNOSTICS,
+) -> pd.DataFrame:
     """Each diagnostic at the end of training: per complete run, the mean over its diagnostics intervals
     that end in the last `fraction` of its env steps (env_step > (1 - fraction) x the run's last
     env_step); then per (env, variant) the median, min and max of those run means. Descriptive.

@@ -22,7 +22,7 @@ import dataclasses
 import importlib.util
 import statistics
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -62,10 +62,16 @@ def update_gemms(obs_dim: int, act_dim: int, hidden: Sequence[int], batch: int, 
         return [(members * copies, batch, o, i) for i, o in (layers if include_first else layers[1:])]
 
     return (
-        forward(actor, 1) + forward(critic, 2)  # TD target: policy on s', target critics
-        + forward(critic, 2) + weight_grads(critic, 2) + input_grads(critic, 2, False)  # critic loss
-        + forward(actor, 1) + forward(critic, 2) + input_grads(critic, 2, True)  # actor loss through Q
-        + weight_grads(actor, 1) + input_grads(actor, 1, False)
+        forward(actor, 1)
+        + forward(critic, 2)  # TD target: policy on s', target critics
+        + forward(critic, 2)
+        + weight_grads(critic, 2)
+        + input_grads(critic, 2, False)  # critic loss
+        + forward(actor, 1)
+        + forward(critic, 2)
+        + input_grads(critic, 2, True)  # actor loss through Q
+        + weight_grads(actor, 1)
+        + input_grads(actor, 1, False)
     )
 
 
@@ -85,8 +91,9 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _orientations(b: int, m: int, k: int, n: int, device: torch.device,
-                  dtype: torch.dtype = torch.float32) -> list[Callable[[], torch.Tensor]]:
+def _orientations(
+    b: int, m: int, k: int, n: int, device: torch.device, dtype: torch.dtype = torch.float32
+) -> list[Callable[[], torch.Tensor]]:
     """Ways to compute the same random products (m x k) @ (k x n), `b` of them, in `dtype`, into
     preallocated outputs: as written, as the transpose of (b^T a^T), and for k = 1 as a broadcast
     multiply. The GEMM kernels' speed depends on the orientation (see `variants.networks.stacked_matmul`),
@@ -100,25 +107,31 @@ def _orientations(b: int, m: int, k: int, n: int, device: torch.device,
     return ways
 
 
-def fastest_ways(gemms: Sequence[Gemm], device: torch.device, trials: int = 20,
-                 dtypes: Sequence[torch.dtype] = (torch.float32,)) -> list[Callable[[], torch.Tensor]]:
+def fastest_ways(
+    gemms: Sequence[Gemm], device: torch.device, trials: int = 20, dtypes: Sequence[torch.dtype] = (torch.float32,)
+) -> list[Callable[[], torch.Tensor]]:
     """Per product of `gemms`, the way to compute it (`_orientations`, in any of `dtypes`) with the
     lowest median time."""
+
     def timed(way):
         def run():
             way()
             _sync(device)
+
         return _median_ms(run, trials, 2)
+
     return [min((way for dtype in dtypes for way in _orientations(*g, device, dtype)), key=timed) for g in gemms]
 
 
 def floor_runner(ways: Sequence[Callable[[], torch.Tensor]], device: torch.device) -> Callable[[], None]:
     """A call of the floor: every product once, back to back, as the update runs them (operands do not
     all stay in cache), each its fastest way, into preallocated outputs."""
+
     def run():
         for way in ways:
             way()
         _sync(device)
+
     return run
 
 
@@ -136,12 +149,19 @@ def _filled_buffer(members: int, obs_dim: int, act_dim: int, device: torch.devic
     rng = np.random.default_rng(0)
     buf = ReplayBuffer(members, 5000, obs_dim, act_dim, device)
     for _ in range(5000):
-        buf.add(rng.normal(size=(members, obs_dim)), rng.uniform(-1, 1, (members, act_dim)),
-                rng.normal(size=members), rng.normal(size=(members, obs_dim)), np.zeros(members))
+        buf.add(
+            rng.normal(size=(members, obs_dim)),
+            rng.uniform(-1, 1, (members, act_dim)),
+            rng.normal(size=members),
+            rng.normal(size=(members, obs_dim)),
+            np.zeros(members),
+        )
     return buf
 
 
-def update_runner(spec: VariantSpec, members: int, device: torch.device, env_id: str = "Pendulum-v1") -> Callable[[], None]:
+def update_runner(
+    spec: VariantSpec, members: int, device: torch.device, env_id: str = "Pendulum-v1"
+) -> Callable[[], None]:
     """A call that runs one full update (batch sampling included) of `members` members."""
     info = env_info(env_id)
     learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, list(range(members)), device)
@@ -154,7 +174,9 @@ def update_runner(spec: VariantSpec, members: int, device: torch.device, env_id:
     return run
 
 
-def time_update(spec: VariantSpec, members: int, repeats: int, device: torch.device, env_id: str = "Pendulum-v1") -> float:
+def time_update(
+    spec: VariantSpec, members: int, repeats: int, device: torch.device, env_id: str = "Pendulum-v1"
+) -> float:
     """Median ms of one full update (batch sampling included) of `members` members."""
     return _median_ms(update_runner(spec, members, device, env_id), repeats, max(5, repeats // 10))
 
@@ -182,11 +204,17 @@ def _timed_ms(fn: Callable[[], object]) -> Callable[[], float]:
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e3
+
     return run
 
 
-def update_and_floor_rounds(updates: Sequence[Callable[[], None]], floors: Sequence[Sequence[Callable[[], torch.Tensor]]],
-                            repeats: int, rounds: int, device: torch.device) -> list[list[float]]:
+def update_and_floor_rounds(
+    updates: Sequence[Callable[[], None]],
+    floors: Sequence[Sequence[Callable[[], torch.Tensor]]],
+    repeats: int,
+    rounds: int,
+    device: torch.device,
+) -> list[list[float]]:
     """Per round, the ms of one call of each update runner (`update_runner`) then of each floor (every
     product of a list of ways once, back to back, as `time_floor`), medians of `repeats // rounds`
     calls each, the cases taking turns call by call."""
@@ -194,7 +222,7 @@ def update_and_floor_rounds(updates: Sequence[Callable[[], None]], floors: Seque
         for _ in range(max(5, repeats // 10)):
             update()
     runs = [*updates, *(floor_runner(ways, device) for ways in floors)]
-    for run in runs[len(updates):]:
+    for run in runs[len(updates) :]:
         for _ in range(3):
             run()
     cases = [_timed_ms(run) for run in runs]
@@ -215,7 +243,8 @@ def env_steps_per_second(spec: VariantSpec, steps: int, device: torch.device, en
         else:
             action = learner.act(obs[:, None, :], deterministic=False)[:, 0, :]
         next_obs, reward, terminated, truncated, final_obs = envs.step(
-            env_action(action, info.low, info.high, spec.action_rescale, deterministic=False))
+            env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
+        )
         store_transition(buffer, spec, env_id, obs, action, reward, final_obs, terminated, truncated)
         obs = next_obs
         if step + 1 > spec.learning_starts:
@@ -231,16 +260,26 @@ def sb3_installed() -> bool:
 
 def sb3_steps_per_second(spec: VariantSpec, steps: int, device: str, env_id: str = "Pendulum-v1") -> float:
     """Stable-Baselines3 SAC at the same settings (needs the `bench` extra: see `sb3_installed`)."""
+    import gymnasium as gym
     from stable_baselines3 import SAC
     from stable_baselines3.common.logger import Logger
 
-    import gymnasium as gym
-
     model = SAC(
-        "MlpPolicy", gym.make(env_id), learning_rate=spec.lr_actor, buffer_size=steps,
-        learning_starts=spec.learning_starts, batch_size=spec.batch_size, tau=spec.tau, gamma=spec.gamma,
-        train_freq=1, gradient_steps=1, ent_coef=f"auto_{spec.initial_alpha}",
-        policy_kwargs={"net_arch": list(spec.hidden_sizes)}, seed=0, device=device, verbose=0,
+        "MlpPolicy",
+        gym.make(env_id),
+        learning_rate=spec.lr_actor,
+        buffer_size=steps,
+        learning_starts=spec.learning_starts,
+        batch_size=spec.batch_size,
+        tau=spec.tau,
+        gamma=spec.gamma,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef=f"auto_{spec.initial_alpha}",
+        policy_kwargs={"net_arch": list(spec.hidden_sizes)},
+        seed=0,
+        device=device,
+        verbose=0,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty temp folder per learn()
     start = time.perf_counter()
@@ -275,10 +314,15 @@ def _update_lines(precisions: Sequence[str], rounds: list[list[float]], flops: i
     updates = {p: [r[i] for r in rounds] for i, p in enumerate(precisions)}
     floors = {p: [r[n + i] for r in rounds] for i, p in enumerate(precisions)}
     header = "".join(f"{p + ' update':>13s}" for p in precisions) + "".join(f"{p + ' floor':>13s}" for p in precisions)
-    lines = [f"S=1, ms per call, {len(rounds)} rounds (updates and floors timed alternately):", f"  {'round':>6s}{header}"]
+    lines = [
+        f"S=1, ms per call, {len(rounds)} rounds (updates and floors timed alternately):",
+        f"  {'round':>6s}{header}",
+    ]
     for k, r in enumerate(rounds):
         lines.append(f"  {k + 1:6d}" + "".join(f"{v:13.2f}" for v in r))
-    lines.append(f"  {'median':>6s}" + "".join(f"{statistics.median(v):13.2f}" for v in [*updates.values(), *floors.values()]))
+    lines.append(
+        f"  {'median':>6s}" + "".join(f"{statistics.median(v):13.2f}" for v in [*updates.values(), *floors.values()])
+    )
     lines.append(f"its {gemm_count} GEMMs:               {flops / 1e9:8.3f} GFLOP")
     for p in precisions:
         update_ms, floor_ms = statistics.median(updates[p]), statistics.median(floors[p])
@@ -286,8 +330,11 @@ def _update_lines(precisions: Sequence[str], rounds: list[list[float]], flops: i
         lines += [
             f"full update, S=1, {p}:      {update_ms:8.2f} ms  (median of {len(rounds)} rounds)",
             f"floor (those GEMMs alone), {p}: {floor_ms:6.2f} ms  ({flops / floor_ms / 1e6:.0f} GFLOP/s; back to back, "
-            + ("each product in its fastest orientation)" if len(_floor_dtypes(p)) == 1 else
-               f"each product its fastest way in {p} or fp32)"),
+            + (
+                "each product in its fastest orientation)"
+                if len(_floor_dtypes(p)) == 1
+                else f"each product its fastest way in {p} or fp32)"
+            ),
             f"update / floor, {p}:        {statistics.median(ratios):8.2f} x  (per round {_spread(ratios)})",
         ]
     for p in precisions:
@@ -308,9 +355,11 @@ def _update_lines(precisions: Sequence[str], rounds: list[list[float]], flops: i
 
 
 def _e2e_lines(names: Sequence[str], rounds: list[list[float]], steps: int, warmup: int) -> list[str]:
-    lines = [f"end to end, Pendulum-v1, {steps} steps ({warmup} warm-up, then one update per step), "
-             f"env steps/s, {len(rounds)} alternating rounds:",
-             f"  {'round':>6s}" + "".join(f"{n:>20s}" for n in names)]
+    lines = [
+        f"end to end, Pendulum-v1, {steps} steps ({warmup} warm-up, then one update per step), "
+        f"env steps/s, {len(rounds)} alternating rounds:",
+        f"  {'round':>6s}" + "".join(f"{n:>20s}" for n in names),
+    ]
     for k, r in enumerate(rounds):
         lines.append(f"  {k + 1:6d}" + "".join(f"{v:20.1f}" for v in r))
     medians = [statistics.median(r[i] for r in rounds) for i in range(len(names))]
@@ -330,10 +379,12 @@ def update_block_rounds(updates: Sequence[Callable[[], None]], rounds: int, bloc
     `update_and_floor_rounds` run three other cases' products before every update, and on an AMX host
     that slowed the next update by 0.6-2.0 ms, a bf16 update relatively most, where writing 16 MB
     between updates cost 0.1-0.3 ms (docs/performance.md)."""
+
     def block_of(update: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
             for _ in range(block):
                 update()
+
         return run
 
     blocks = [block_of(update) for update in updates]
@@ -344,35 +395,50 @@ def update_block_rounds(updates: Sequence[Callable[[], None]], rounds: int, bloc
 
 def _block_lines(precisions: Sequence[str], rounds: list[list[float]], block: int) -> list[str]:
     """The in-blocks table: every round, the medians, and each precision's ratio to fp32 per round."""
-    lines = [f"S=1, ms per update in blocks of {block} consecutive updates (as training runs them), "
-             f"{len(rounds)} rounds (precisions taking turns block by block):",
-             f"  {'round':>6s}" + "".join(f"{p + ' update':>13s}" for p in precisions)]
+    lines = [
+        f"S=1, ms per update in blocks of {block} consecutive updates (as training runs them), "
+        f"{len(rounds)} rounds (precisions taking turns block by block):",
+        f"  {'round':>6s}" + "".join(f"{p + ' update':>13s}" for p in precisions),
+    ]
     for k, r in enumerate(rounds):
         lines.append(f"  {k + 1:6d}" + "".join(f"{v:13.2f}" for v in r))
-    lines.append(f"  {'median':>6s}" + "".join(f"{statistics.median(r[i] for r in rounds):13.2f}" for i in range(len(precisions))))
+    lines.append(
+        f"  {'median':>6s}"
+        + "".join(f"{statistics.median(r[i] for r in rounds):13.2f}" for i in range(len(precisions)))
+    )
     if "fp32" in precisions:
         base = precisions.index("fp32")
         for i, p in enumerate(precisions):
             if i != base:
                 ratios = [r[i] / r[base] for r in rounds]
-                lines.append(f"  {p} / fp32 in blocks:      {statistics.median(ratios):8.2f} x  (per round {_spread(ratios)})")
+                lines.append(
+                    f"  {p} / fp32 in blocks:      {statistics.median(ratios):8.2f} x  (per round {_spread(ratios)})"
+                )
     return lines
 
 
-def run_bench(device_name: str = "cpu", repeats: int = 100, e2e_steps: int = 3000,
-              members: Sequence[int] = (1, 4, 8, 16), precisions: Sequence[str] = PRECISIONS,
-              rounds: int = ROUNDS, e2e_rounds: int = E2E_ROUNDS) -> list[str]:
+def run_bench(
+    device_name: str = "cpu",
+    repeats: int = 100,
+    e2e_steps: int = 3000,
+    members: Sequence[int] = (1, 4, 8, 16),
+    precisions: Sequence[str] = PRECISIONS,
+    rounds: int = ROUNDS,
+    e2e_rounds: int = E2E_ROUNDS,
+) -> list[str]:
     """Measure and return the printed table's lines. `precisions`: values of `VariantSpec.precision`."""
     torch.set_num_threads(1)
     device = torch.device(device_name)
     specs = {p: dataclasses.replace(REFERENCE, precision=p) for p in precisions}
     spec = next(iter(specs.values()))
     info = env_info("Pendulum-v1")
-    lines = [f"sacbench bench: reference on Pendulum-v1 dimensions (obs {info.obs_dim}, act {info.act_dim}), "
-             f"hidden {'x'.join(map(str, spec.hidden_sizes))}, batch {spec.batch_size}, device {device}, "
-             f"torch {torch.__version__}, {torch.get_num_threads()} thread, precisions {', '.join(precisions)}",
-             f"cpu: {records.cpu_info()[0]}, torch kernels {torch.backends.cpu.get_cpu_capability()}, native bf16 "
-             f"({' or '.join(records.NATIVE_BF16_FLAGS)}): {_yes_no(records.native_bf16())}"]
+    lines = [
+        f"sacbench bench: reference on Pendulum-v1 dimensions (obs {info.obs_dim}, act {info.act_dim}), "
+        f"hidden {'x'.join(map(str, spec.hidden_sizes))}, batch {spec.batch_size}, device {device}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread, precisions {', '.join(precisions)}",
+        f"cpu: {records.cpu_info()[0]}, torch kernels {torch.backends.cpu.get_cpu_capability()}, native bf16 "
+        f"({' or '.join(records.NATIVE_BF16_FLAGS)}): {_yes_no(records.native_bf16())}",
+    ]
     gemms = update_gemms(info.obs_dim, info.act_dim, spec.hidden_sizes, spec.batch_size, 1)
     floors = [fastest_ways(gemms, device, dtypes=_floor_dtypes(p)) for p in precisions]
     updates = [update_runner(sp, 1, device) for sp in specs.values()]

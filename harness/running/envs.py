@@ -12,8 +12,9 @@ import hashlib
 import importlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -59,7 +60,7 @@ class EnvRef:
     kwargs_json: str = "{}"
 
     @classmethod
-    def of(cls, entry: str, kwargs: Mapping[str, Any] | None = None) -> "EnvRef":
+    def of(cls, entry: str, kwargs: Mapping[str, Any] | None = None) -> EnvRef:
         return cls(entry, json.dumps(dict(kwargs or {}), sort_keys=True, separators=(",", ":")))
 
     @property
@@ -77,7 +78,7 @@ class EnvRef:
         if not self.is_user_env and self.kwargs_json == "{}" and not _SAFE.search(self.entry):
             return self.entry
         readable = _SAFE.sub("_", self.entry.replace(":", ".")).strip("._-")[:60] or "env"
-        digest = hashlib.sha256(f"{self.entry}\n{self.kwargs_json}".encode("utf-8")).hexdigest()[:8]
+        digest = hashlib.sha256(f"{self.entry}\n{self.kwargs_json}".encode()).hexdigest()[:8]
         return f"{readable}-{digest}"
 
     def gym_id(self) -> str | EnvSpec:
@@ -97,7 +98,7 @@ class EnvRef:
         return gym.make(self.gym_id(), **self.kwargs)
 
 
-def as_ref(env: "EnvRef | str") -> EnvRef:
+def as_ref(env: EnvRef | str) -> EnvRef:
     return env if isinstance(env, EnvRef) else EnvRef(env)
 
 
@@ -122,16 +123,20 @@ def _one_line(exc: BaseException) -> str:
 def _check_box(space: gym.Space, what: str, ref: EnvRef, bounded: bool) -> None:
     where = ref.entry + (f" with {ref.kwargs_json}" if ref.kwargs_json != "{}" else "")
     if not isinstance(space, gym.spaces.Box):
-        raise EnvError(f"{where}: the {what} space is {space}, not a Box; sacbench trains continuous-action "
-                       "SAC on Box observations and Box actions only")
+        raise EnvError(
+            f"{where}: the {what} space is {space}, not a Box; sacbench trains continuous-action "
+            "SAC on Box observations and Box actions only"
+        )
     if len(space.shape) != 1:
-        raise EnvError(f"{where}: the {what} space has shape {space.shape}; sacbench needs a flat vector "
-                       "(wrap the env in gymnasium.wrappers.FlattenObservation in a factory)")
+        raise EnvError(
+            f"{where}: the {what} space has shape {space.shape}; sacbench needs a flat vector "
+            "(wrap the env in gymnasium.wrappers.FlattenObservation in a factory)"
+        )
     if bounded and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise EnvError(f"{where}: the action space {space} is unbounded; SAC's tanh policy needs finite bounds")
 
 
-def env_info(env: "EnvRef | str") -> EnvInfo:
+def env_info(env: EnvRef | str) -> EnvInfo:
     """Dimensions and action bounds of `env`; raises EnvError (one line) when it cannot be made or has a
     discrete, multi-dimensional or unbounded space."""
     ref = as_ref(env)
@@ -155,7 +160,7 @@ def env_info(env: "EnvRef | str") -> EnvInfo:
         made.close()
 
 
-def make_vector_env(env: "EnvRef | str", num_envs: int) -> gym.vector.VectorEnv:
+def make_vector_env(env: EnvRef | str, num_envs: int) -> gym.vector.VectorEnv:
     """A synchronous gymnasium vector env that autoresets in the same step (used for evaluation)."""
     ref = as_ref(env)
     return gym.make_vec(
@@ -177,7 +182,7 @@ class LockstepEnvs:
     keeps those and `load_state_dict` replays them.
     """
 
-    def __init__(self, env: "EnvRef | str", num_envs: int):
+    def __init__(self, env: EnvRef | str, num_envs: int):
         ref = as_ref(env)
         self.envs = [ref.make() for _ in range(num_envs)]
         self._reset_seed: list[int | None] = [None] * num_envs
@@ -210,8 +215,13 @@ class LockstepEnvs:
             rewards.append(reward)
             terms.append(terminated)
             truncs.append(truncated)
-        return (np.stack(out_obs), np.asarray(rewards, dtype=np.float64), np.asarray(terms, dtype=bool),
-                np.asarray(truncs, dtype=bool), np.stack(final_obs))
+        return (
+            np.stack(out_obs),
+            np.asarray(rewards, dtype=np.float64),
+            np.asarray(terms, dtype=bool),
+            np.asarray(truncs, dtype=bool),
+            np.stack(final_obs),
+        )
 
     def state_dict(self) -> dict:
         import torch  # tensors, so that a checkpoint loads with torch.load(weights_only=True)

@@ -24,9 +24,9 @@ silenced here); prefer ONNX.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -72,15 +72,22 @@ def _write_onnx(module: PolicyModule, path: Path) -> None:
         w = layer.weight.detach().numpy().T.astype(np.float32)  # (in, out): x @ w
         b = layer.bias.detach().numpy().astype(np.float32)
         init += [const(f"W{i}", w), const(f"b{i}", b)]
-        nodes += [helper.make_node("MatMul", [x, f"W{i}"], [f"h{i}_mm"]),
-                  helper.make_node("Add", [f"h{i}_mm", f"b{i}"], [f"h{i}"])]
+        nodes += [
+            helper.make_node("MatMul", [x, f"W{i}"], [f"h{i}_mm"]),
+            helper.make_node("Add", [f"h{i}_mm", f"b{i}"], [f"h{i}"]),
+        ]
         x = f"h{i}"
         if i < len(module.layers) - 1:
             nodes.append(helper.make_node("Relu", [x], [f"h{i}_relu"]))
             x = f"h{i}_relu"
-    init += [const("slice_starts", np.array([0], np.int64)), const("slice_ends", np.array([module.act_dim], np.int64)),
-             const("slice_axes", np.array([1], np.int64)), const("one", np.array([1.0], np.float32)),
-             const("half_range", module.half_range.numpy()), const("low", module.low.numpy())]
+    init += [
+        const("slice_starts", np.array([0], np.int64)),
+        const("slice_ends", np.array([module.act_dim], np.int64)),
+        const("slice_axes", np.array([1], np.int64)),
+        const("one", np.array([1.0], np.float32)),
+        const("half_range", module.half_range.numpy()),
+        const("low", module.low.numpy()),
+    ]
     nodes += [
         helper.make_node("Slice", [x, "slice_starts", "slice_ends", "slice_axes"], ["mu"]),
         helper.make_node("Tanh", ["mu"], ["mean_action"]),
@@ -90,7 +97,8 @@ def _write_onnx(module: PolicyModule, path: Path) -> None:
     ]
     obs_dim = module.layers[0].in_features
     graph = helper.make_graph(
-        nodes, "sacbench_policy",
+        nodes,
+        "sacbench_policy",
         [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", obs_dim])],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", module.act_dim])],
         init,
@@ -146,7 +154,9 @@ FORMATS: dict[str, Format] = {
 # --- observations to check on --------------------------------------------------------------------
 
 
-def check_observations(config: dict, obs_dim: int, n: int = CHECK_OBSERVATIONS, seed: int = 0) -> tuple[np.ndarray, str]:
+def check_observations(
+    config: dict, obs_dim: int, n: int = CHECK_OBSERVATIONS, seed: int = 0
+) -> tuple[np.ndarray, str]:
     """`n` observations (n, obs_dim) float32 and where they came from: the run's environment under
     uniform random actions (reset with seeds seed, seed+1, ... as episodes end), or, when that
     environment cannot be made here, standard normal draws."""
@@ -156,8 +166,10 @@ def check_observations(config: dict, obs_dim: int, n: int = CHECK_OBSERVATIONS, 
         env = ref.make()
     except Exception as exc:  # e.g. a user's module not importable here: still check the file
         rng = np.random.default_rng(seed)
-        return (rng.standard_normal((n, obs_dim)).astype(np.float32),
-                f"standard normal draws ({entry} could not be made: {type(exc).__name__})")
+        return (
+            rng.standard_normal((n, obs_dim)).astype(np.float32),
+            f"standard normal draws ({entry} could not be made: {type(exc).__name__})",
+        )
     try:
         env.action_space.seed(seed)
         out, episode = [], 0
@@ -205,21 +217,49 @@ def export_run(policy_path: Path, fmt: str, results_dir: Path) -> Exported:
         reference = module(torch.as_tensor(obs)).numpy()
     actions = spec.run(out, obs)
     diff = float(np.max(np.abs(actions.astype(np.float64) - reference.astype(np.float64))))
-    records.write_json(run_dir / f"{spec.filename}.json", {
-        "file": spec.filename,
-        "format": fmt,
-        "input": {"name": INPUT_NAME, "shape": ["batch", state["obs_dim"]], "dtype": "float32",
-                  "meaning": "raw environment observations (no normalization)"},
-        "output": {"name": OUTPUT_NAME, "shape": ["batch", state["act_dim"]], "dtype": "float32",
-                   "meaning": "deterministic action low + (tanh(mean) + 1) * (high - low) / 2, within the bounds"},
-        "action_low": state["action_low"],
-        "action_high": state["action_high"],
-        "env_steps": state["env_steps"],
-        **{k: config.get(k) for k in ("env", "env_entry", "env_kwargs", "variant", "description", "seed", "spec",
-                                      "normalization", "git_commit")},
-        "check": {"runtime": spec.runtime, "observations": int(obs.shape[0]), "source": source,
-                  "max_abs_diff_vs_pytorch": diff, "tolerance": TOLERANCE},
-    })
+    records.write_json(
+        run_dir / f"{spec.filename}.json",
+        {
+            "file": spec.filename,
+            "format": fmt,
+            "input": {
+                "name": INPUT_NAME,
+                "shape": ["batch", state["obs_dim"]],
+                "dtype": "float32",
+                "meaning": "raw environment observations (no normalization)",
+            },
+            "output": {
+                "name": OUTPUT_NAME,
+                "shape": ["batch", state["act_dim"]],
+                "dtype": "float32",
+                "meaning": "deterministic action low + (tanh(mean) + 1) * (high - low) / 2, within the bounds",
+            },
+            "action_low": state["action_low"],
+            "action_high": state["action_high"],
+            "env_steps": state["env_steps"],
+            **{
+                k: config.get(k)
+                for k in (
+                    "env",
+                    "env_entry",
+                    "env_kwargs",
+                    "variant",
+                    "description",
+                    "seed",
+                    "spec",
+                    "normalization",
+                    "git_commit",
+                )
+            },
+            "check": {
+                "runtime": spec.runtime,
+                "observations": int(obs.shape[0]),
+                "source": source,
+                "max_abs_diff_vs_pytorch": diff,
+                "tolerance": TOLERANCE,
+            },
+        },
+    )
     return Exported(run_dir.relative_to(results_dir).as_posix(), out, diff)
 
 
@@ -234,8 +274,10 @@ def export_command(results_dir: Path, fmt: str, log=print) -> int:
         raise ExportError(INSTALL_HINT)
     paths = policy_files(results_dir)
     if not paths:
-        raise ExportError(f"export: no run under {results_dir} has a final policy ({POLICY_FILE}); "
-                          "complete runs write one at their end")
+        raise ExportError(
+            f"export: no run under {results_dir} has a final policy ({POLICY_FILE}); "
+            "complete runs write one at their end"
+        )
     failed = 0
     for path in paths:
         try:
@@ -245,9 +287,10 @@ def export_command(results_dir: Path, fmt: str, log=print) -> int:
             failed += 1
             continue
         verdict = "ok" if done.ok else f"ABOVE {TOLERANCE:g}"
-        log(f"{done.run}: {done.path.name}, max abs difference vs PyTorch on {CHECK_OBSERVATIONS:,} observations "
-            f"{done.max_abs_diff:.3g} ({verdict})")
+        log(
+            f"{done.run}: {done.path.name}, max abs difference vs PyTorch on {CHECK_OBSERVATIONS:,} observations "
+            f"{done.max_abs_diff:.3g} ({verdict})"
+        )
         failed += not done.ok
     log(f"export: {len(paths) - failed} of {len(paths)} policies written and checked ({fmt})")
     return 0 if failed == 0 else 1
-

@@ -28,9 +28,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ REPORT = "gpu_check.txt"
 # through 30 Adam updates; bf16's is its unit roundoff, 2**-8, since one order or the other can round a
 # bf16 product one unit apart. First run on an H200: 1.4e-6 (fp32) and 1.7e-3 (bf16). That a member's
 # records do not depend on the other members' data is checked bit for bit on the GPU by the CUDA tests.
-MEMBER_TOLERANCE = {"fp32": 1e-4, "bf16": 2.0 ** -8}
+MEMBER_TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-8}
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,28 @@ class Sizes:
 SIZES: dict[str, Sizes] = {
     # On an H200: the bench's member scaling at S = 256 and the grid's 4,000 updates of 8 members are
     # the long steps; the limits leave each one room and sum to under BUDGET_S.
-    "gpu": Sizes((1, 8, 64, 256), 50, 2000, 8, 30, (256, 256), 8, "ci",
-                 {"environment": 30, "tests": 90, "independence": 60, "bench": 180, "grid": 150}),
-    "smoke": Sizes((1, 2), 2, 1010, 3, 3, (32, 32), 2, "smoke",
-                   {"environment": 30, "tests": 120, "independence": 60, "bench": 120, "grid": 120}),
+    "gpu": Sizes(
+        (1, 8, 64, 256),
+        50,
+        2000,
+        8,
+        30,
+        (256, 256),
+        8,
+        "ci",
+        {"environment": 30, "tests": 90, "independence": 60, "bench": 180, "grid": 150},
+    ),
+    "smoke": Sizes(
+        (1, 2),
+        2,
+        1010,
+        3,
+        3,
+        (32, 32),
+        2,
+        "smoke",
+        {"environment": 30, "tests": 120, "independence": 60, "bench": 120, "grid": 120},
+    ),
 }
 
 
@@ -100,8 +118,14 @@ def _command(ctx: Context, step: str, argv: Sequence[str], keep_lines: int | Non
     limit = ctx.limit(step)
     start = time.monotonic()
     shown = "python " + " ".join(argv)
-    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=limit)
         status = f"exit {proc.returncode}, {time.monotonic() - start:.1f} s"
@@ -116,14 +140,17 @@ def _command(ctx: Context, step: str, argv: Sequence[str], keep_lines: int | Non
 
 
 def step_environment(ctx: Context) -> StepResult:
-    lines = [f"torch {torch.__version__}, python {platform.python_version()}, {platform.platform()}, "
-             f"{os.cpu_count()} CPUs"]
+    lines = [
+        f"torch {torch.__version__}, python {platform.python_version()}, {platform.platform()}, {os.cpu_count()} CPUs"
+    ]
     if ctx.device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        lines += [f"cuda {torch.version.cuda}, {torch.cuda.device_count()} device(s); device 0: {props.name}, "
-                  f"{props.total_memory / 2**30:.0f} GiB, compute capability {props.major}.{props.minor}",
-                  f"bf16 supported: {torch.cuda.is_bf16_supported()}, TF32 matmul allowed: "
-                  f"{torch.backends.cuda.matmul.allow_tf32} (float32 products stay float32 unless it is)"]
+        lines += [
+            f"cuda {torch.version.cuda}, {torch.cuda.device_count()} device(s); device 0: {props.name}, "
+            f"{props.total_memory / 2**30:.0f} GiB, compute capability {props.major}.{props.minor}",
+            f"bf16 supported: {torch.cuda.is_bf16_supported()}, TF32 matmul allowed: "
+            f"{torch.backends.cuda.matmul.allow_tf32} (float32 products stay float32 unless it is)",
+        ]
     return StepResult(True, lines)
 
 
@@ -136,12 +163,19 @@ def _buffer(members: int, obs_dim: int, act_dim: int, device: str, n: int = 1000
     rng = np.random.default_rng(0)
     buf = ReplayBuffer(members, n, obs_dim, act_dim, device)
     for _ in range(n):
-        buf.add(rng.normal(size=(members, obs_dim)), rng.uniform(-1, 1, (members, act_dim)),
-                rng.normal(size=members), rng.normal(size=(members, obs_dim)), rng.random(members) < 0.05)
+        buf.add(
+            rng.normal(size=(members, obs_dim)),
+            rng.uniform(-1, 1, (members, act_dim)),
+            rng.normal(size=members),
+            rng.normal(size=(members, obs_dim)),
+            rng.random(members) < 0.05,
+        )
     return buf
 
 
-def member_differences(precision: str, members: int, updates: int, hidden: Sequence[int], device: str) -> tuple[int, float]:
+def member_differences(
+    precision: str, members: int, updates: int, hidden: Sequence[int], device: str
+) -> tuple[int, float]:
     """Train `members` seeds as one learner and each alone on the same data (Pendulum's dimensions);
     returns (how many members equal their seed alone bit for bit, the largest relative difference of a
     member's parameter tensor from its seed alone's, in the Euclidean norm)."""
@@ -153,7 +187,10 @@ def member_differences(precision: str, members: int, updates: int, hidden: Seque
     own = []
     for m in seeds:
         b = ReplayBuffer(1, buf.capacity, obs_dim, act_dim, device)
-        b.load_state_dict({name: getattr(buf, name)[m:m + 1, :buf.size] for name in buf.FIELDS} | {"pos": buf.pos, "size": buf.size})
+        b.load_state_dict(
+            {name: getattr(buf, name)[m : m + 1, : buf.size] for name in buf.FIELDS}
+            | {"pos": buf.pos, "size": buf.size}
+        )
         own.append(b)
     for _ in range(updates):
         batched.update(buf.sample(spec.batch_size, batched.generators))
@@ -161,7 +198,10 @@ def member_differences(precision: str, members: int, updates: int, hidden: Seque
             learner.update(b.sample(spec.batch_size, learner.generators))
 
     def tensors(learner: SACLearner) -> list[torch.Tensor]:
-        return [t.detach().cpu() for t in (*learner.actor, *learner.critic, *learner.critic_target, learner.log_alpha.unsqueeze(1))]
+        return [
+            t.detach().cpu()
+            for t in (*learner.actor, *learner.critic, *learner.critic_target, learner.log_alpha.unsqueeze(1))
+        ]
 
     identical, worst = 0, 0.0
     stacked = tensors(batched)
@@ -169,7 +209,7 @@ def member_differences(precision: str, members: int, updates: int, hidden: Seque
         same = True
         for whole, single in zip(stacked, tensors(learner)):
             k = whole.shape[0] // members
-            part = whole[m * k:(m + 1) * k]
+            part = whole[m * k : (m + 1) * k]
             same &= torch.equal(part, single)
             worst = max(worst, ((part - single).norm() / single.norm()).item())
         identical += same
@@ -178,16 +218,21 @@ def member_differences(precision: str, members: int, updates: int, hidden: Seque
 
 def step_independence(ctx: Context) -> StepResult:
     s = ctx.sizes
-    lines = [f"{s.independence_members} members vs each seed alone, {s.independence_updates} updates, hidden "
-             f"{'x'.join(map(str, s.independence_hidden))}, batch {REFERENCE.batch_size}:"]
+    lines = [
+        f"{s.independence_members} members vs each seed alone, {s.independence_updates} updates, hidden "
+        f"{'x'.join(map(str, s.independence_hidden))}, batch {REFERENCE.batch_size}:"
+    ]
     ok = True
     for precision in ("fp32", "bf16"):
         start = time.monotonic()
-        identical, worst = member_differences(precision, s.independence_members, s.independence_updates,
-                                              s.independence_hidden, ctx.device)
-        lines.append(f"  {precision}: {identical} of {s.independence_members} members bit-identical to their seed alone; "
-                     f"largest relative difference {worst:.2e}, tolerance {MEMBER_TOLERANCE[precision]:.1e} "
-                     f"({time.monotonic() - start:.1f} s)")
+        identical, worst = member_differences(
+            precision, s.independence_members, s.independence_updates, s.independence_hidden, ctx.device
+        )
+        lines.append(
+            f"  {precision}: {identical} of {s.independence_members} members bit-identical to their seed alone; "
+            f"largest relative difference {worst:.2e}, tolerance {MEMBER_TOLERANCE[precision]:.1e} "
+            f"({time.monotonic() - start:.1f} s)"
+        )
         # Bit-identity is the CPU's guarantee; on a GPU it is reported, and closeness is required.
         ok &= worst < MEMBER_TOLERANCE[precision] and (ctx.device != "cpu" or identical == s.independence_members)
     return StepResult(ok, lines)
@@ -195,18 +240,54 @@ def step_independence(ctx: Context) -> StepResult:
 
 def step_bench(ctx: Context) -> StepResult:
     s = ctx.sizes
-    return _command(ctx, "bench", ["-m", "harness", "bench", "--device", ctx.device, "--members",
-                                   ",".join(map(str, s.bench_members)), "--repeats", str(s.bench_repeats),
-                                   "--steps", str(s.bench_steps)])
+    return _command(
+        ctx,
+        "bench",
+        [
+            "-m",
+            "harness",
+            "bench",
+            "--device",
+            ctx.device,
+            "--members",
+            ",".join(map(str, s.bench_members)),
+            "--repeats",
+            str(s.bench_repeats),
+            "--steps",
+            str(s.bench_steps),
+        ],
+    )
 
 
 def step_grid(ctx: Context) -> StepResult:
     s = ctx.sizes
     out = ctx.out / "grid"
-    result = _command(ctx, "grid", ["-m", "harness", "run", "--variants", "reference,bf16", "--envs", "Pendulum-v1",
-                                    "--seeds", str(s.grid_seeds), "--profile", s.grid_profile, "--device", ctx.device,
-                                    "--members", str(s.grid_seeds), "--out", str(out), "--fresh", "--no-report"],
-                      keep_lines=6)
+    result = _command(
+        ctx,
+        "grid",
+        [
+            "-m",
+            "harness",
+            "run",
+            "--variants",
+            "reference,bf16",
+            "--envs",
+            "Pendulum-v1",
+            "--seeds",
+            str(s.grid_seeds),
+            "--profile",
+            s.grid_profile,
+            "--device",
+            ctx.device,
+            "--members",
+            str(s.grid_seeds),
+            "--out",
+            str(out),
+            "--fresh",
+            "--no-report",
+        ],
+        keep_lines=6,
+    )
     runs = out / "runs.csv"
     if not runs.exists():
         return StepResult(False, [*result.lines, f"no {runs}"])
@@ -216,8 +297,10 @@ def step_grid(ctx: Context) -> StepResult:
         mine = [r for r in rows if r["variant"] == variant]
         complete = [float(r["final_return"]) for r in mine if r["state"] == "complete"]
         wall = [float(r["wall_s"]) for r in mine if r.get("wall_s")]
-        result.lines.append(f"  {variant}: {len(complete)} of {len(mine)} runs complete; final_return median "
-                            f"{statistics.median(complete) if complete else float('nan'):.1f}; wall {max(wall, default=0):.0f} s")
+        result.lines.append(
+            f"  {variant}: {len(complete)} of {len(mine)} runs complete; final_return median "
+            f"{statistics.median(complete) if complete else float('nan'):.1f}; wall {max(wall, default=0):.0f} s"
+        )
         result.ok &= len(complete) == s.grid_seeds
     return result
 
@@ -234,8 +317,10 @@ STEPS: dict[str, Callable[[Context], StepResult]] = {
 def run_gpu_check(out: Path, device: str, sizes: str, steps: Sequence[str], echo: Callable[[str], None] = print) -> int:
     """Run `steps` (names in STEPS, in STEPS's order) and write out/gpu_check.txt; 0 if all passed, else 1."""
     ctx = Context(Path(out), device, SIZES[sizes], time.monotonic() + BUDGET_S)
-    report = [f"sacbench gpu-check on {device} ({sizes} sizes), git {records.git_commit()}, "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S')}"]
+    report = [
+        f"sacbench gpu-check on {device} ({sizes} sizes), git {records.git_commit()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}"
+    ]
     echo(report[0])
     failed = []
     for name, step in STEPS.items():

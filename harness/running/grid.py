@@ -12,11 +12,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,8 +25,8 @@ from variants.catalog import CatalogEntry
 
 from .. import records
 from .envs import EnvRef
-from .profiles import Budget
 from .implementations import TRAINERS, run_job
+from .profiles import Budget
 from .train import Interrupted, Job, identity
 
 # Measured on the 2-core development machine (one thread, 256x256, batch 256): one SAC update with its
@@ -58,8 +59,11 @@ class GridRequest:
 
     def job_options(self, env_id: str) -> dict:
         """The Job fields that depend on the env and on options that change no result."""
-        return {"env_ref": self.env_refs.get(env_id), "normalization": self.normalization.get(env_id),
-                "tensorboard": self.tensorboard}
+        return {
+            "env_ref": self.env_refs.get(env_id),
+            "normalization": self.normalization.get(env_id),
+            "tensorboard": self.tensorboard,
+        }
 
 
 def run_state(path: Path) -> str | None:
@@ -126,12 +130,25 @@ def plan(request: GridRequest, fresh: bool = False) -> Plan:
                 for seed in request.seeds:
                     holder = claim_holder(request.out, env_id, name, seed)
                     if holder is not None:
-                        raise ConfigConflict(f"--fresh: {env_id} {name} seed {seed} is being trained by another "
-                                             f"process{_pid_text(holder)}; stop it first, or use another --out")
+                        raise ConfigConflict(
+                            f"--fresh: {env_id} {name} seed {seed} is being trained by another "
+                            f"process{_pid_text(holder)}; stop it first, or use another --out"
+                        )
             for seed in request.seeds:
-                probe = Job(name, entry.description, entry.spec, request.overrides, env_id, (seed,),
-                            request.budgets[env_id], str(request.out), request.device, request.command,
-                            entry.implementation, **request.job_options(env_id))
+                probe = Job(
+                    name,
+                    entry.description,
+                    entry.spec,
+                    request.overrides,
+                    env_id,
+                    (seed,),
+                    request.budgets[env_id],
+                    str(request.out),
+                    request.device,
+                    request.command,
+                    entry.implementation,
+                    **request.job_options(env_id),
+                )
                 path = records.run_dir(request.out, env_id, name, seed)
                 if fresh:
                     shutil.rmtree(path, ignore_errors=True)
@@ -157,9 +174,22 @@ def plan(request: GridRequest, fresh: bool = False) -> Plan:
             per_job = request.members if TRAINERS[entry.implementation].batches_members else 1
             for i in range(0, len(todo), per_job):
                 chunk = tuple(todo[i : i + per_job])
-                jobs.append(Job(name, entry.description, entry.spec, request.overrides, env_id, chunk,
-                                request.budgets[env_id], str(request.out), request.device, request.command,
-                                entry.implementation, **request.job_options(env_id)))
+                jobs.append(
+                    Job(
+                        name,
+                        entry.description,
+                        entry.spec,
+                        request.overrides,
+                        env_id,
+                        chunk,
+                        request.budgets[env_id],
+                        str(request.out),
+                        request.device,
+                        request.command,
+                        entry.implementation,
+                        **request.job_options(env_id),
+                    )
+                )
     # The cheapest environment first, and seed-major within it: every variant gets seed k before any
     # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
     jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
@@ -171,8 +201,10 @@ def plan_text(jobs: Sequence[Job]) -> str:
     lines = ["would train, in this order:"]
     for job in jobs:
         seeds = ", ".join(map(str, job.seeds))
-        lines.append(f"  {job.env_id}  {job.variant}  seed{'s' if len(job.seeds) > 1 else ''} {seeds}  "
-                     f"({job.budget.total_steps:,} steps)")
+        lines.append(
+            f"  {job.env_id}  {job.variant}  seed{'s' if len(job.seeds) > 1 else ''} {seeds}  "
+            f"({job.budget.total_steps:,} steps)"
+        )
     return "\n".join(lines)
 
 
@@ -230,9 +262,11 @@ def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
     bf16 = [job for job in jobs if job.spec.precision == "bf16"]
     if device != "cpu" or not bf16 or records.native_bf16() is not False:
         return None
-    return (f"warning: {len(bf16)} job(s) train in bf16, but this CPU ({records.cpu_info()[0]}) has neither AVX512_BF16 "
-            "nor AMX: its bfloat16 products are emulated (an update took 21x the fp32 update on an AVX2 host; "
-            "python -m harness bench times this one), and those runs will take that much longer than the estimate")
+    return (
+        f"warning: {len(bf16)} job(s) train in bf16, but this CPU ({records.cpu_info()[0]}) has neither AVX512_BF16 "
+        "nor AMX: its bfloat16 products are emulated (an update took 21x the fp32 update on an AVX2 host; "
+        "python -m harness bench times this one), and those runs will take that much longer than the estimate"
+    )
 
 
 def job_seconds(jobs: Sequence[Job]) -> list[float]:
@@ -244,14 +278,22 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     finished = {folder: collect_runs(Path(folder)) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
-        mine = [(row, records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"]))
-                for row in finished[job.out]
-                if (row["env"], row["variant"]) == (job.env_id, job.variant) and row["wall_s"]]
-        walls = [row["wall_s"] / recorded_members(path) for row, path in mine
-                 if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps]
+        mine = [
+            (row, records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"]))
+            for row in finished[job.out]
+            if (row["env"], row["variant"]) == (job.env_id, job.variant) and row["wall_s"]
+        ]
+        walls = [
+            row["wall_s"] / recorded_members(path)
+            for row, path in mine
+            if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps
+        ]
         if not walls:
-            walls = [row["wall_s"] / recorded_members(path) for row, path in mine
-                     if row["state"] == "failed" and budget_steps(path) == job.budget.total_steps]
+            walls = [
+                row["wall_s"] / recorded_members(path)
+                for row, path in mine
+                if row["state"] == "failed" and budget_steps(path) == job.budget.total_steps
+            ]
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
         out.append(per_seed * len(job.seeds))
     return out
@@ -271,8 +313,11 @@ def too_late(job: Job, seconds: float, deadline: float | None) -> list[str]:
     else one line per seed saying it was not started."""
     if deadline is None or time.time() + seconds <= deadline:
         return []
-    return [f"{job.env_id} {job.variant} seed {seed}: not started: its expected {seconds / 60:.0f} min would end "
-            "past --stop-after (a rerun of the same command trains it)" for seed in job.seeds]
+    return [
+        f"{job.env_id} {job.variant} seed {seed}: not started: its expected {seconds / 60:.0f} min would end "
+        "past --stop-after (a rerun of the same command trains it)"
+        for seed in job.seeds
+    ]
 
 
 def late_now(job: Job, deadline: float | None) -> list[str]:
@@ -332,8 +377,14 @@ class Progress:
     """Grid progress: a tqdm bar on a terminal; otherwise one line per finished run and a status line
     every `every` seconds (CI logs, files)."""
 
-    def __init__(self, jobs: Sequence[Job], log=print, every: float = 60.0, stream=None,
-                 on_finished: Callable[[int, int], None] | None = None):
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        log=print,
+        every: float = 60.0,
+        stream=None,
+        on_finished: Callable[[int, int], None] | None = None,
+    ):
         self.stream = stream or sys.stderr
         self.on_finished = on_finished  # told (runs done, runs planned) after each finished job
         self.total_runs = sum(len(j.seeds) for j in jobs)
@@ -345,8 +396,14 @@ class Progress:
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total_steps, unit="step", unit_scale=True, file=self.stream,
-                            desc=f"runs 0/{self.total_runs}", smoothing=0.05)
+            self.bar = tqdm(
+                total=self.total_steps,
+                unit="step",
+                unit_scale=True,
+                file=self.stream,
+                desc=f"runs 0/{self.total_runs}",
+                smoothing=0.05,
+            )
 
     def steps(self, n: int, members: int = 1) -> None:
         self.steps_done += n * members
@@ -360,8 +417,10 @@ class Progress:
         elapsed = time.perf_counter() - self.started
         rate = self.steps_done / elapsed if elapsed > 0 else 0.0
         eta = (self.total_steps - self.steps_done) / rate if rate > 0 else float("nan")
-        return (f"[status] {self.runs_done}/{self.total_runs} runs done, {self.steps_done:,}/{self.total_steps:,} "
-                f"env steps, {rate:.0f} steps/s, elapsed {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min")
+        return (
+            f"[status] {self.runs_done}/{self.total_runs} runs done, {self.steps_done:,}/{self.total_steps:,} "
+            f"env steps, {rate:.0f} steps/s, elapsed {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min"
+        )
 
     def left_out(self, outcome: JobOutcome) -> None:
         """Take the seeds of a job that another process trains out of the totals, and say so."""
@@ -382,8 +441,10 @@ class Progress:
         self.runs_done += len(rows)
         for r in rows:
             final = "n/a" if r["final_return"] is None else f"{r['final_return']:.1f}"
-            line = (f"[{self.runs_done}/{self.total_runs}] {r['env']} {r['variant']} seed {r['seed']}: {r['state']}, "
-                    f"final_return {final}, {r['env_steps'] / max(r['wall_s'], 1e-9):.0f} steps/s")
+            line = (
+                f"[{self.runs_done}/{self.total_runs}] {r['env']} {r['variant']} seed {r['seed']}: {r['state']}, "
+                f"final_return {final}, {r['env_steps'] / max(r['wall_s'], 1e-9):.0f} steps/s"
+            )
             if self.bar is not None:
                 self.bar.set_description(f"runs {self.runs_done}/{self.total_runs}")
                 self.bar.write(line, file=self.stream)
@@ -401,8 +462,13 @@ def _print_flushed(*args) -> None:
     print(*args, flush=True)  # a grid's log is often a file: each line should land when it happens
 
 
-def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
-            on_finished: Callable[[int, int], None] | None = None, deadline: float | None = None) -> list[dict]:
+def execute(
+    jobs: Sequence[Job],
+    workers: int,
+    log=_print_flushed,
+    on_finished: Callable[[int, int], None] | None = None,
+    deadline: float | None = None,
+) -> list[dict]:
     """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows.
 
     `on_finished(runs done, runs planned)` is called after each job's runs are recorded (a live report).
@@ -426,8 +492,7 @@ def execute(jobs: Sequence[Job], workers: int, log=_print_flushed,
     return rows
 
 
-def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progress,
-                  rows: list[dict]) -> bool:
+def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progress, rows: list[dict]) -> bool:
     _tune_worker()
     _stop_requested.clear()
     previous = signal.signal(signal.SIGINT, _request_stop)
@@ -448,13 +513,15 @@ def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progres
     return False
 
 
-def _execute_pool(jobs: Sequence[Job], deadline: float | None, workers: int,
-                  progress: Progress, rows: list[dict]) -> bool:
+def _execute_pool(
+    jobs: Sequence[Job], deadline: float | None, workers: int, progress: Progress, rows: list[dict]
+) -> bool:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     interrupted = False
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(queue, deadline)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(queue, deadline)
+    ) as pool:
         # Workers start with SIGINT ignored (inherited through spawn) until their initializer installs
         # the checkpoint-and-stop handler: a Ctrl-C while they import torch must not kill them.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -478,8 +545,10 @@ def _execute_pool(jobs: Sequence[Job], deadline: float | None, workers: int,
                     except BrokenProcessPool as exc:
                         if interrupted:
                             continue
-                        raise WorkerCrashed("a worker process died (out of memory or killed?); finished runs "
-                                            "are kept and a rerun resumes the others") from exc
+                        raise WorkerCrashed(
+                            "a worker process died (out of memory or killed?); finished runs "
+                            "are kept and a rerun resumes the others"
+                        ) from exc
                     _record(outcome, progress, rows)
             except KeyboardInterrupt:
                 # The terminal's Ctrl-C reaches the workers too; a signal sent to this process alone
@@ -520,9 +589,18 @@ def collect_runs(out: Path) -> list[dict]:
             continue
         status = records.read_json(path / "status.json")
         env_id, variant, seed = path.parts[-3], path.parts[-2], int(path.name.removeprefix("seed_"))
-        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state,
-                     "final_return": status.get("final_return"), "auc_return": status.get("auc_return"),
-                     "env_steps": status.get("env_steps"), "wall_s": status.get("wall_s")})
+        rows.append(
+            {
+                "env": env_id,
+                "variant": variant,
+                "seed": seed,
+                "state": state,
+                "final_return": status.get("final_return"),
+                "auc_return": status.get("auc_return"),
+                "env_steps": status.get("env_steps"),
+                "wall_s": status.get("wall_s"),
+            }
+        )
     return rows
 
 
@@ -583,8 +661,17 @@ def folder_states(out: Path) -> list[dict]:
             holder = claim_holder(out, env_id, variant, seed)
             state = "stopped" if holder is None else "training"
             done, total = recorded_steps(path)
-        rows.append({"env": env_id, "variant": variant, "seed": seed, "state": state, "holder": holder or "",
-                     "env_steps": done, "total_steps": total})
+        rows.append(
+            {
+                "env": env_id,
+                "variant": variant,
+                "seed": seed,
+                "state": state,
+                "holder": holder or "",
+                "env_steps": done,
+                "total_steps": total,
+            }
+        )
     return rows
 
 
@@ -611,8 +698,9 @@ def print_state_table(grid_rows: list[dict], log=print) -> dict[str, int]:
 
 
 def write_runs_csv(out: Path, rows: Iterable[dict]) -> None:
-    records.write_csv(Path(out) / "runs.csv", records.RUNS_COLUMNS,
-                      ([r[c] for c in records.RUNS_COLUMNS] for r in rows))
+    records.write_csv(
+        Path(out) / "runs.csv", records.RUNS_COLUMNS, ([r[c] for c in records.RUNS_COLUMNS] for r in rows)
+    )
 
 
 def check_writable(out: Path) -> str | None:

@@ -7,15 +7,15 @@ the optional `sb3` extra.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from variants.catalog import Implementation
 from variants.spec import VariantSpec
 
 from .train import Job, train_job
 
-TrainFn = Callable[[Job, Optional[Callable[[int], None]], Callable[[], bool]], list]
+TrainFn = Callable[[Job, Callable[[int], None] | None, Callable[[], bool]], list]
 
 SB3_INSTALL_HINT = 'Stable-Baselines3 is not installed (the sb3-sac variant needs it): pip install -e ".[sb3]"'
 
@@ -34,11 +34,11 @@ class Trainer:
 
     train: TrainFn
     batches_members: bool
-    missing: Callable[[], Optional[str]]
+    missing: Callable[[], str | None]
     problems: Callable[[VariantSpec], list[str]]
 
 
-def _sb3_missing() -> Optional[str]:
+def _sb3_missing() -> str | None:
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
@@ -46,8 +46,9 @@ def _sb3_missing() -> Optional[str]:
     return None
 
 
-def _sb3_train(job: Job, on_progress: Optional[Callable[[int], None]] = None,
-               should_stop: Callable[[], bool] = lambda: False) -> list[dict]:
+def _sb3_train(
+    job: Job, on_progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] = lambda: False
+) -> list[dict]:
     from . import sb3_peer
 
     return sb3_peer.train_job(job, on_progress, should_stop)
@@ -65,7 +66,8 @@ TRAINERS: dict[Implementation, Trainer] = {
 }
 
 
-def run_job(job: Job, on_progress: Optional[Callable[[int], None]] = None,
-            should_stop: Callable[[], bool] = lambda: False) -> list[dict]:
+def run_job(
+    job: Job, on_progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] = lambda: False
+) -> list[dict]:
     """Train `job` with the code its implementation names; returns the runs.csv rows."""
     return TRAINERS[job.implementation].train(job, on_progress, should_stop)

@@ -11,8 +11,9 @@ action bounds, and the run's config (spec, environment). `PolicyModule` is that 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,9 +41,25 @@ def save_final_policy(run_path: Path, learner: Any, member: int, info: Any, conf
         "action_high": [float(v) for v in info.high],
         "env_steps": int(env_steps),
         # Through JSON: plain types only (torch.__version__ is a str subclass that weights_only refuses).
-        "config": json.loads(json.dumps({k: config.get(k) for k in (
-            "variant", "description", "spec", "env", "env_entry", "env_kwargs", "seed", "normalization",
-            "git_commit", "versions")})),
+        "config": json.loads(
+            json.dumps(
+                {
+                    k: config.get(k)
+                    for k in (
+                        "variant",
+                        "description",
+                        "spec",
+                        "env",
+                        "env_entry",
+                        "env_kwargs",
+                        "seed",
+                        "normalization",
+                        "git_commit",
+                        "versions",
+                    )
+                }
+            )
+        ),
     }
     path = Path(run_path) / POLICY_FILE
     records.save_torch(path, state)
@@ -99,5 +116,5 @@ class PolicyModule(nn.Module):
         return self.low + (mean_action + 1.0) * self.half_range
 
     @classmethod
-    def from_state(cls, state: dict) -> "PolicyModule":
+    def from_state(cls, state: dict) -> PolicyModule:
         return cls(state["weights"], state["act_dim"], state["action_low"], state["action_high"]).eval()

@@ -19,16 +19,30 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("smoke", "about 1,000 steps per env: plumbing tests only",
-                {"Pendulum-v1": 1200, "LunarLanderContinuous-v3": 1200, "BipedalWalker-v3": 1200}, 2, 200),
+        Profile(
+            "smoke",
+            "about 1,000 steps per env: plumbing tests only",
+            {"Pendulum-v1": 1200, "LunarLanderContinuous-v3": 1200, "BipedalWalker-v3": 1200},
+            2,
+            200,
+        ),
         # 5,000 steps keeps the default check (2 variants x 3 seeds on 2 cores) within 5 minutes on the
         # development machine (6,000 took 303 s); reference has reached about -150 by then.
-        Profile("ci", "Pendulum 5,000 steps: the regression check",
-                {"Pendulum-v1": 5000}, 5, 500),
-        Profile("quick", "Pendulum 20k, LunarLanderContinuous 100k, BipedalWalker 200k",
-                {"Pendulum-v1": 20_000, "LunarLanderContinuous-v3": 100_000, "BipedalWalker-v3": 200_000}, 10, 1000),
-        Profile("full", "rl-baselines3-zoo budgets: Pendulum 20k, LunarLanderContinuous 500k, BipedalWalker 500k",
-                {"Pendulum-v1": 20_000, "LunarLanderContinuous-v3": 500_000, "BipedalWalker-v3": 500_000}, 10, 1000),
+        Profile("ci", "Pendulum 5,000 steps: the regression check", {"Pendulum-v1": 5000}, 5, 500),
+        Profile(
+            "quick",
+            "Pendulum 20k, LunarLanderContinuous 100k, BipedalWalker 200k",
+            {"Pendulum-v1": 20_000, "LunarLanderContinuous-v3": 100_000, "BipedalWalker-v3": 200_000},
+            10,
+            1000,
+        ),
+        Profile(
+            "full",
+            "rl-baselines3-zoo budgets: Pendulum 20k, LunarLanderContinuous 500k, BipedalWalker 500k",
+            {"Pendulum-v1": 20_000, "LunarLanderContinuous-v3": 500_000, "BipedalWalker-v3": 500_000},
+            10,
+            1000,
+        ),
     )
 }
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -64,9 +64,13 @@ def measure_random_return(env_id: str, episodes: int = DEFAULT_EPISODES, seed: i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.running.random_baseline", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.running.random_baseline", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="episodes per environment")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="action-space seed; episode i resets with seed+i")
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="action-space seed; episode i resets with seed+i"
+    )
     parser.add_argument("--envs", nargs="+", default=list(ENV_IDS), help="gymnasium ids")
     args = parser.parse_args(argv)
     if args.episodes < 1:
@@ -74,8 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     baselines = [measure_random_return(env_id, args.episodes, args.seed) for env_id in args.envs]
     for b in baselines:
-        print(f"{b.env_id:<26} mean {b.mean:10.3f}  s.e. {b.standard_error:7.3f}  "
-              f"min {b.returns.min():10.3f}  max {b.returns.max():10.3f}  ({b.returns.size} episodes, seed {b.seed})")
+        print(
+            f"{b.env_id:<26} mean {b.mean:10.3f}  s.e. {b.standard_error:7.3f}  "
+            f"min {b.returns.min():10.3f}  max {b.returns.max():10.3f}  ({b.returns.size} episodes, seed {b.seed})"
+        )
     print("\nR_RANDOM = {")
     for b in baselines:
         print(f'    "{b.env_id}": {b.mean:.3f},')

@@ -25,8 +25,8 @@ import dataclasses
 import math
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -45,26 +45,46 @@ from .envs import EnvInfo, EnvRef, as_ref, env_info, make_vector_env
 from .train import PROGRESS_EVERY, Interrupted, Job, MemberRecord, evaluate
 
 # Spec fields handed on to SB3's constructor; SB3's code fixes every other field at SB3_FIXED's value.
-PASSED_ON = ("gamma", "tau", "lr_actor", "lr_critic", "lr_alpha", "batch_size", "buffer_size",
-             "learning_starts", "hidden_sizes", "initial_alpha", "target_entropy")
+PASSED_ON = (
+    "gamma",
+    "tau",
+    "lr_actor",
+    "lr_critic",
+    "lr_alpha",
+    "batch_size",
+    "buffer_size",
+    "learning_starts",
+    "hidden_sizes",
+    "initial_alpha",
+    "target_entropy",
+)
 SB3_FIXED = dataclasses.replace(VariantSpec(), log_prob="naive")
 
 # SB3's logged means of one update -> diagnostics.csv columns. SB3 logs its critic loss as
 # 0.5 * (MSE1 + MSE2); the column holds MSE1 + MSE2 in every run, hence the factor 2.
-LOGGED = {"critic_loss": ("train/critic_loss", 2.0), "actor_loss": ("train/actor_loss", 1.0),
-          "alpha": ("train/ent_coef", 1.0), "alpha_loss": ("train/ent_coef_loss", 1.0)}
+LOGGED = {
+    "critic_loss": ("train/critic_loss", 2.0),
+    "actor_loss": ("train/actor_loss", 1.0),
+    "alpha": ("train/ent_coef", 1.0),
+    "alpha_loss": ("train/ent_coef_loss", 1.0),
+}
 LOSSES = ("critic_loss", "actor_loss", "alpha_loss")  # the ones whose non-finite values count, as natively
 
 
 def spec_problems(spec: VariantSpec) -> list[str]:
     """Why SB3's SAC cannot train `spec` as specified: one text per problem, [] when it can."""
-    problems = [f"{name}={getattr(spec, name)!r} (SB3 computes with {getattr(SB3_FIXED, name)!r})"
-                for name in field_names() if name not in PASSED_ON and getattr(spec, name) != getattr(SB3_FIXED, name)]
+    problems = [
+        f"{name}={getattr(spec, name)!r} (SB3 computes with {getattr(SB3_FIXED, name)!r})"
+        for name in field_names()
+        if name not in PASSED_ON and getattr(spec, name) != getattr(SB3_FIXED, name)
+    ]
     if not spec.lr_actor == spec.lr_critic == spec.lr_alpha:
         problems.append("lr_actor, lr_critic and lr_alpha differ (SB3 has one learning rate)")
     if spec.learning_starts + 1 < spec.batch_size:
-        problems.append(f"learning_starts={spec.learning_starts} < batch_size - 1 (SB3 would update from fewer "
-                        "transitions than a batch; the harness waits for a full one)")
+        problems.append(
+            f"learning_starts={spec.learning_starts} < batch_size - 1 (SB3 would update from fewer "
+            "transitions than a batch; the harness waits for a full one)"
+        )
     return problems
 
 
@@ -85,19 +105,30 @@ class _EpisodeTotals(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def build_model(spec: VariantSpec, env_id: "EnvRef | str", seed: int, total_steps: int, device: str = "cpu") -> SAC:
+def build_model(spec: VariantSpec, env_id: EnvRef | str, seed: int, total_steps: int, device: str = "cpu") -> SAC:
     """SB3's SAC with `spec`'s settings on one `env_id` env; `seed` seeds SB3's RNGs and the env's first reset."""
     problems = spec_problems(spec)
     if problems:
         raise ValueError("Stable-Baselines3's SAC cannot train this spec: " + "; ".join(problems))
     vec_env = DummyVecEnv([lambda: _EpisodeTotals(as_ref(env_id).make())])
     model = SAC(
-        "MlpPolicy", vec_env, learning_rate=spec.lr_actor,
+        "MlpPolicy",
+        vec_env,
+        learning_rate=spec.lr_actor,
         buffer_size=min(spec.buffer_size, total_steps),  # as the native buffer: never wraps within a run
-        learning_starts=spec.learning_starts, batch_size=spec.batch_size, tau=spec.tau, gamma=spec.gamma,
-        train_freq=1, gradient_steps=1, ent_coef=f"auto_{spec.initial_alpha!r}",
+        learning_starts=spec.learning_starts,
+        batch_size=spec.batch_size,
+        tau=spec.tau,
+        gamma=spec.gamma,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef=f"auto_{spec.initial_alpha!r}",
         target_entropy=spec.resolved_target_entropy(int(np.prod(vec_env.action_space.shape))),
-        use_sde=False, policy_kwargs={"net_arch": list(spec.hidden_sizes)}, seed=int(seed), device=device, verbose=0,
+        use_sde=False,
+        policy_kwargs={"net_arch": list(spec.hidden_sizes)},
+        seed=int(seed),
+        device=device,
+        verbose=0,
     )
     # A logger that keeps the means in memory only: SB3's default makes an empty temp folder per learn().
     model.set_logger(Logger(folder=None, output_formats=[]))
@@ -125,8 +156,15 @@ class _Protocol(BaseCallback):
     `on_rollout_start`, and after the last step at `on_training_end`.
     """
 
-    def __init__(self, job: Job, member: MemberRecord, info: EnvInfo, eval_env,
-                 on_progress: Callable[[int], None] | None, should_stop: Callable[[], bool]):
+    def __init__(
+        self,
+        job: Job,
+        member: MemberRecord,
+        info: EnvInfo,
+        eval_env,
+        on_progress: Callable[[int], None] | None,
+        should_stop: Callable[[], bool],
+    ):
         super().__init__()
         self.job, self.member, self.info, self.eval_env = job, member, info, eval_env
         self.on_progress, self.should_stop = on_progress, should_stop
@@ -169,7 +207,9 @@ class _Protocol(BaseCallback):
         if self._nonfinite or step % budget.diag_every == 0 or step == budget.total_steps:
             self._record_diagnostics(step)
         if self.member.active and step in self.eval_steps:
-            returns = evaluate(MeanAction(self.model), self.eval_env, self.info, (self.member.seed,), budget.eval_episodes)[0]
+            returns = evaluate(
+                MeanAction(self.model), self.eval_env, self.info, (self.member.seed,), budget.eval_episodes
+            )[0]
             self.member.eval_rows.append((step, float(returns.mean()), float(returns.std()), int(returns.size)))
             self.member.env_steps = step
             self.member.write_curves()
@@ -187,7 +227,9 @@ class _Protocol(BaseCallback):
         self._sums = dict.fromkeys(LOGGED, 0.0)
         self._interval_updates, self._nonfinite = 0, 0
         if nonfinite > 0:
-            self.member.stop("diverged", f"non-finite loss or parameter ({nonfinite} values) in the updates up to this step", step)
+            self.member.stop(
+                "diverged", f"non-finite loss or parameter ({nonfinite} values) in the updates up to this step", step
+            )
 
 
 def train_job(
@@ -250,9 +292,16 @@ def _train_run(job: Job, on_progress: Callable[[int], None], should_stop: Callab
         on_progress(member.env_steps - protocol.reported)
     member.write_curves()
     status = member.write_status(time.perf_counter() - start)
-    return {"env": job.env_id, "variant": job.variant, "seed": seed, "state": status["state"],
-            "final_return": status["final_return"], "auc_return": status["auc_return"],
-            "env_steps": status["env_steps"], "wall_s": status["wall_s"]}
+    return {
+        "env": job.env_id,
+        "variant": job.variant,
+        "seed": seed,
+        "state": status["state"],
+        "final_return": status["final_return"],
+        "auc_return": status["auc_return"],
+        "env_steps": status["env_steps"],
+        "wall_s": status["wall_s"],
+    }
 
 
 def updates_made(model: SAC) -> int:

@@ -8,7 +8,7 @@ files back. `tensorboard --logdir results/NAME/runs` shows every run of a grid.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 INSTALL_HINT = '--tensorboard needs the tensorboard package: pip install -e ".[tensorboard]"'
 EVAL_TAGS = ("eval/return_mean", "eval/return_std")
@@ -46,15 +46,17 @@ class ScalarLog:
             done = max((row[0] for row in m.eval_rows), default=0) if start_step > 0 else -1
             purge = done + 1 if start_step > 0 else None
             self._writers.append(SummaryWriter(str(m.path / "tensorboard"), purge_step=purge))
-            self._written.append([sum(1 for row in rows if row[0] <= done)
-                                  for rows in (m.eval_rows, m.train_rows, m.diag_rows)])
+            self._written.append(
+                [sum(1 for row in rows if row[0] <= done) for rows in (m.eval_rows, m.train_rows, m.diag_rows)]
+            )
 
     def flush(self, members: Sequence) -> None:
         diag_tags = _diagnostic_tags()
         for writer, written, m in zip(self._writers, self._written, members):
-            for k, (rows, tags) in enumerate(((m.eval_rows, EVAL_TAGS), (m.train_rows, TRAIN_TAGS),
-                                              (m.diag_rows, diag_tags))):
-                for row in rows[written[k]:]:
+            for k, (rows, tags) in enumerate(
+                ((m.eval_rows, EVAL_TAGS), (m.train_rows, TRAIN_TAGS), (m.diag_rows, diag_tags))
+            ):
+                for row in rows[written[k] :]:
                     for tag, value in zip(tags, row[1:]):
                         writer.add_scalar(tag, float(value), int(row[0]))
                 written[k] = len(rows)

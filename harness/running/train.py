@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -26,8 +26,8 @@ from variants.spec import VariantSpec
 from .. import records
 from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, make_vector_env
 from .policy import save_final_policy
-from .tensorboard_log import ScalarLog
 from .profiles import Budget
+from .tensorboard_log import ScalarLog
 
 EVAL_SEED_BASE = 1_000_000
 PROGRESS_EVERY = 500  # env steps between progress reports
@@ -48,8 +48,8 @@ class Job:
     device: str = "cpu"
     command: tuple[str, ...] = ()
     implementation: Implementation = "native"  # the code that trains it (`harness.running.implementations`)
-    env_ref: Optional[EnvRef] = None  # how to make the env when it is not the registered id `env_id`
-    normalization: Optional[dict] = None  # {"target", "random"} given by --target / --random for env_id
+    env_ref: EnvRef | None = None  # how to make the env when it is not the registered id `env_id`
+    normalization: dict | None = None  # {"target", "random"} given by --target / --random for env_id
     tensorboard: bool = False  # also write evaluation returns and diagnostics as TensorBoard scalars
 
     @property
@@ -93,8 +93,10 @@ def no_update_reason(spec: VariantSpec, total_steps: int) -> str | None:
     """
     collectable = min(spec.buffer_size, total_steps)
     if spec.batch_size > collectable:
-        return (f"batch_size={spec.batch_size} exceeds the {collectable} transitions the run can collect "
-                f"(the smaller of buffer_size and its {total_steps} env steps)")
+        return (
+            f"batch_size={spec.batch_size} exceeds the {collectable} transitions the run can collect "
+            f"(the smaller of buffer_size and its {total_steps} env steps)"
+        )
     if spec.learning_starts >= total_steps:
         return f"learning_starts={spec.learning_starts} is not below the run's {total_steps} env steps"
     return None
@@ -130,8 +132,8 @@ class MemberRecord:
     train_rows: list = field(default_factory=list)
     diag_rows: list = field(default_factory=list)
     state: str = "complete"
-    error: Optional[str] = None
-    error_step: Optional[int] = None
+    error: str | None = None
+    error_step: int | None = None
     env_steps: int = 0
 
     @property
@@ -141,7 +143,7 @@ class MemberRecord:
     def stop(self, state: str, error: str, step: int) -> None:
         self.state, self.error, self.error_step, self.env_steps = state, error, step, step
 
-    def returns(self) -> tuple[Optional[float], Optional[float]]:
+    def returns(self) -> tuple[float | None, float | None]:
         if not self.eval_rows:
             return None, None
         means = [row[1] for row in self.eval_rows]
@@ -149,9 +151,15 @@ class MemberRecord:
 
     def snapshot(self) -> dict:
         """What a checkpoint keeps of this member (plain lists, loadable with weights_only)."""
-        return {"eval_rows": list(self.eval_rows), "train_rows": list(self.train_rows),
-                "diag_rows": list(self.diag_rows), "state": self.state, "error": self.error,
-                "error_step": self.error_step, "env_steps": self.env_steps}
+        return {
+            "eval_rows": list(self.eval_rows),
+            "train_rows": list(self.train_rows),
+            "diag_rows": list(self.diag_rows),
+            "state": self.state,
+            "error": self.error,
+            "error_step": self.error_step,
+            "env_steps": self.env_steps,
+        }
 
     def restore(self, saved: dict) -> None:
         self.eval_rows = [tuple(r) for r in saved["eval_rows"]]
@@ -182,8 +190,15 @@ class MemberRecord:
 
 
 def store_transition(
-    buffer: ReplayBuffer, spec: VariantSpec, env_id: str, obs: np.ndarray, action: np.ndarray,
-    reward: np.ndarray, final_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+    buffer: ReplayBuffer,
+    spec: VariantSpec,
+    env_id: str,
+    obs: np.ndarray,
+    action: np.ndarray,
+    reward: np.ndarray,
+    final_obs: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
 ) -> np.ndarray:
     """Store one lockstep's transitions; returns which envs' episodes ended.
 
@@ -252,7 +267,7 @@ def train_job(
     eval_env = make_vector_env(job.environment, s * budget.eval_episodes)
     ckpt = checkpoint_path(job)
     step, elapsed_before, reported = 0, 0.0, 0
-    scalars: Optional[ScalarLog] = None
+    scalars: ScalarLog | None = None
     try:
         learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, job.seeds, torch_device)
         buffer = ReplayBuffer(s, min(spec.buffer_size, budget.total_steps), info.obs_dim, info.act_dim, torch_device)
@@ -274,18 +289,25 @@ def train_job(
         scalars = ScalarLog(members, step) if job.tensorboard else None
 
         def save_checkpoint() -> None:
-            records.save_torch(ckpt, {
-                "identities": identities, "step": step, "elapsed": elapsed_before + time.perf_counter() - start,
-                "learner": learner.state_dict(), "buffer": buffer.state_dict(), "envs": envs.state_dict(),
-                "ep_return": torch.as_tensor(ep_return), "ep_len": torch.as_tensor(ep_len),
-                "members": [m.snapshot() for m in members],
-            })
+            records.save_torch(
+                ckpt,
+                {
+                    "identities": identities,
+                    "step": step,
+                    "elapsed": elapsed_before + time.perf_counter() - start,
+                    "learner": learner.state_dict(),
+                    "buffer": buffer.state_dict(),
+                    "envs": envs.state_dict(),
+                    "ep_return": torch.as_tensor(ep_return),
+                    "ep_len": torch.as_tensor(ep_len),
+                    "members": [m.snapshot() for m in members],
+                },
+            )
 
         while step < budget.total_steps:
             if should_stop():
                 save_checkpoint()
-                raise Interrupted(f"{job.key} stopped at env step {step}; a rerun resumes it there "
-                                  "from its checkpoint")
+                raise Interrupted(f"{job.key} stopped at env step {step}; a rerun resumes it there from its checkpoint")
             if step < spec.learning_starts:
                 action = learner.random_actions()
             else:
@@ -293,7 +315,9 @@ def train_job(
             to_env = env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
             to_env[[not m.active for m in members]] = 0.0  # a diverged member's NaNs stay out of its env
             next_obs, reward, terminated, truncated, final_obs = envs.step(to_env)
-            done = store_transition(buffer, spec, job.environment.entry, obs, action, reward, final_obs, terminated, truncated)
+            done = store_transition(
+                buffer, spec, job.environment.entry, obs, action, reward, final_obs, terminated, truncated
+            )
             obs = next_obs
             step += 1
             ep_return += reward
@@ -345,9 +369,18 @@ def train_job(
             save_final_policy(m.path, learner, i, info, job.run_config(m.seed), step)
         m.write_curves()
         status = m.write_status(wall)
-        rows.append({"env": job.env_id, "variant": job.variant, "seed": m.seed, "state": status["state"],
-                     "final_return": status["final_return"], "auc_return": status["auc_return"],
-                     "env_steps": status["env_steps"], "wall_s": status["wall_s"]})
+        rows.append(
+            {
+                "env": job.env_id,
+                "variant": job.variant,
+                "seed": m.seed,
+                "state": status["state"],
+                "final_return": status["final_return"],
+                "auc_return": status["auc_return"],
+                "env_steps": status["env_steps"],
+                "wall_s": status["wall_s"],
+            }
+        )
     ckpt.unlink(missing_ok=True)
     return rows
 
