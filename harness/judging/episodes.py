@@ -65,7 +65,8 @@ def read_train(records: loading.RunRecords) -> pd.DataFrame:
 
 def time_limits(configs: Mapping[tuple[str, str, int], dict]) -> dict[str, int]:
     """{env: max_episode_steps} from the runs' configs: `env_kwargs.max_episode_steps` where a run set it,
-    else the limit gymnasium registered for its `env_entry`; an env with neither is left out."""
+    else the limit gymnasium registered for its `env_entry` (looked up, never imported); an env with neither
+    is left out."""
     import gymnasium as gym
 
     limits: dict[str, int] = {}
@@ -76,12 +77,11 @@ def time_limits(configs: Mapping[tuple[str, str, int], dict]) -> dict[str, int]:
         if isinstance(kwargs.get("max_episode_steps"), int):
             limits[env] = kwargs["max_episode_steps"]
             continue
-        try:
-            registered = gym.spec(str(config.get("env_entry") or env)).max_episode_steps
-        except Exception:  # an id gymnasium cannot resolve here (a user's module not imported): no limit known
-            continue
-        if registered:
-            limits[env] = int(registered)
+        entry = config.get("env_entry") or env
+        # A registry lookup only: `gym.spec("module:Id")` would import a module named in the records.
+        registered = gym.registry.get(entry) if isinstance(entry, str) and ":" not in entry else None
+        if registered is not None and registered.max_episode_steps:
+            limits[env] = int(registered.max_episode_steps)
     return limits
 
 

@@ -98,6 +98,15 @@ class EnvRef:
         return gym.make(self.gym_id(), **self.kwargs)
 
 
+def registered_ref(entry: object, kwargs: object = None) -> EnvRef | None:
+    """An EnvRef for a recorded environment only when `entry` is an id in Gymnasium's registry (made
+    without importing anything it names), else None. A results folder is data shared between people:
+    a recorded `module:attr` is never imported or called from it."""
+    if not isinstance(entry, str) or ":" in entry or entry not in gym.registry:
+        return None
+    return EnvRef.of(entry, kwargs if isinstance(kwargs, dict) else {})
+
+
 def as_ref(env: EnvRef | str) -> EnvRef:
     return env if isinstance(env, EnvRef) else EnvRef(env)
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .. import records
-from .envs import EnvRef
+from .envs import registered_ref
 from .policy import POLICY_FILE, PolicyError, PolicyModule, load_policy_state
 
 INSTALL_HINT = 'ONNX export needs onnx and onnxruntime: pip install -e ".[export]"'
@@ -158,14 +158,21 @@ def check_observations(
     config: dict, obs_dim: int, n: int = CHECK_OBSERVATIONS, seed: int = 0
 ) -> tuple[np.ndarray, str]:
     """`n` observations (n, obs_dim) float32 and where they came from: the run's environment under
-    uniform random actions (reset with seeds seed, seed+1, ... as episodes end), or, when that
-    environment cannot be made here, standard normal draws."""
+    uniform random actions (reset with seeds seed, seed+1, ... as episodes end) when it is a registered
+    Gymnasium id, or, when it is not (a user's `module:attr` is never imported from a results folder)
+    or cannot be made here, standard normal draws."""
     entry = config.get("env_entry") or config.get("env")
-    ref = EnvRef.of(entry, config.get("env_kwargs") or {})
+    ref = registered_ref(entry, config.get("env_kwargs"))
+    rng = np.random.default_rng(seed)
+    if ref is None:  # never import or call what a results folder names
+        return (
+            rng.standard_normal((n, obs_dim)).astype(np.float32),
+            f"standard normal draws ({entry!r} is not a registered Gymnasium id; "
+            "an environment named in a results folder is never imported)",
+        )
     try:
         env = ref.make()
-    except Exception as exc:  # e.g. a user's module not importable here: still check the file
-        rng = np.random.default_rng(seed)
+    except Exception as exc:  # e.g. recorded kwargs this Gymnasium version rejects: still check the file
         return (
             rng.standard_normal((n, obs_dim)).astype(np.float32),
             f"standard normal draws ({entry} could not be made: {type(exc).__name__})",
@@ -193,6 +200,7 @@ class Exported:
     run: str  # run folder, relative to the results folder
     path: Path  # the written policy file
     max_abs_diff: float
+    source: str = ""  # where the check's observations came from
 
     @property
     def ok(self) -> bool:
@@ -260,7 +268,7 @@ def export_run(policy_path: Path, fmt: str, results_dir: Path) -> Exported:
             },
         },
     )
-    return Exported(run_dir.relative_to(results_dir).as_posix(), out, diff)
+    return Exported(run_dir.relative_to(results_dir).as_posix(), out, diff, source)
 
 
 def export_command(results_dir: Path, fmt: str, log=print) -> int:
@@ -291,6 +299,8 @@ def export_command(results_dir: Path, fmt: str, log=print) -> int:
             f"{done.run}: {done.path.name}, max abs difference vs PyTorch on {CHECK_OBSERVATIONS:,} observations "
             f"{done.max_abs_diff:.3g} ({verdict})"
         )
+        if done.source.startswith("standard normal"):
+            log(f"{done.run}: checked on {done.source}")
         failed += not done.ok
     log(f"export: {len(paths) - failed} of {len(paths)} policies written and checked ({fmt})")
     return 0 if failed == 0 else 1
