@@ -1,0 +1,430 @@
+"""Sequential verdicts: judge a grid after every `look_every` seeds and stop each comparison once decided.
+
+A sequential design (`SequentialDesign`) plans looks at K, 2K, ... seeds up to N (`max_seeds`); look j
+(1-based) judges the seeds 0 .. n_j - 1 of every comparison still open, n_j = min(j K, N). Each
+comparison is one variant against the reference on one metric and environment. A rule (`RULES`, by name)
+turns the scores seen so far into a `Look`: per comparison a `Decision` (better / worse / equivalent /
+open), with the look and seed count at which it was reached. A decision once reached stays; a variant
+whose comparisons are all decided needs no more seeds, and the reference runs while any is open.
+Every rule holds the family-wise error over all looks and all comparisons of one metric at `alpha`.
+
+Rules:
+  paired   the harness's own: per-seed differences d_s = x_s - r_s (common random numbers), and at
+           each look many-to-one simultaneous repeated confidence intervals (Jennison & Turnbull ch. 9):
+           mean(d) +- c_j se(d), the critical value c_j from a group-sequential boundary by
+           Lan-DeMets alpha spending (`SPENDING`: Pocock type by default, O'Brien-Fleming type on
+           request), over the joint normal law of every comparison's statistic at every look: the
+           comparisons correlate through the shared reference (estimated from the per-seed differences),
+           the looks through the seeds they share (corr sqrt(n_i / n_j)); `boundary` computes it by
+           Monte Carlo from a fixed stream. A t statistic with n - 1 df is matched to the normal scale
+           through its tail probability. Since the intervals of every look and comparison hold at once
+           with probability >= 1 - alpha, every claim read off them (better: interval above 0; worse:
+           below 0; equivalent: inside [-margin, margin]) shares that one error budget. Alpha spending
+           (rather than an anytime-valid confidence sequence) because looks are few and planned: it
+           spends the whole budget on them, where a confidence sequence pays for looks never taken.
+  adastop  AdaStop (Mathieu et al., TMLR 2024) through the `adastop` package: unpaired group-sequential
+           permutation tests, step-down over the comparisons, restricted to the comparisons against the
+           reference. It gives no interval and no equivalence: what it does not reject stays open.
+
+Shapes: `scores` is `{variant: {seed: score}}` for one metric and environment (normalized scores when
+the design has a margin), the reference among the variants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy import stats as sps
+
+from . import inference
+
+OPEN = "open"
+BETTER = inference.BETTER
+WORSE = inference.WORSE
+EQUIVALENT = inference.EQUIVALENT
+VERDICTS = (BETTER, WORSE, EQUIVALENT, OPEN)
+
+BOUNDARY_DRAWS = 100_000  # Monte Carlo draws of a boundary: its tail probabilities to about +-0.0007
+BOUNDARY_SEED = 20_240_601  # the fixed stream of those draws, so a look is decided the same on a rerun
+ADASTOP_PERMUTATIONS = 10_000  # the package's default B
+ADASTOP_SEED = 0
+
+
+# --- the design ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SequentialDesign:
+    """A sequential grid's plan.
+
+    rule: a key of `RULES`. look_every: seeds added per look (K >= 2). max_seeds: the most seeds a
+    comparison gets (N >= K). alpha: family-wise error per metric, over all looks and comparisons.
+    margin: equivalence margin (normalized score), None where scores are raw returns (no equivalence).
+    spending: a key of `SPENDING` (the paired rule's alpha spending function).
+    """
+
+    rule: str = "paired"
+    look_every: int = 5
+    max_seeds: int = 30
+    alpha: float = inference.ALPHA
+    margin: float | None = inference.EQUIVALENCE_MARGIN
+    spending: str = "pocock"
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"unknown sequential rule {self.rule!r} (known: {', '.join(RULES)})")
+        if self.spending not in SPENDING:
+            raise ValueError(f"unknown alpha spending {self.spending!r} (known: {', '.join(SPENDING)})")
+        if self.look_every < 2:
+            raise ValueError(f"--look-every must be at least 2 (a paired t needs 2 seeds), not {self.look_every}")
+        if self.max_seeds < self.look_every:
+            raise ValueError(f"--max-seeds ({self.max_seeds}) must be at least --look-every ({self.look_every})")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must lie in (0, 1), not {self.alpha}")
+        if self.margin is not None and self.margin <= 0:
+            raise ValueError(f"the equivalence margin must be positive, not {self.margin}")
+        if self.rule == "adastop" and self.max_seeds % self.look_every:
+            raise ValueError(
+                f"the adastop rule adds the same seeds at every look: --max-seeds ({self.max_seeds}) must be "
+                f"a multiple of --look-every ({self.look_every})"
+            )
+
+    @property
+    def looks(self) -> int:
+        """How many looks the plan has: ceil(N / K)."""
+        return math.ceil(self.max_seeds / self.look_every)
+
+    def seeds_at(self, look: int) -> int:
+        """Seeds a comparison has at look `look` (1-based): min(look K, N)."""
+        if not 1 <= look <= self.looks:
+            raise ValueError(f"look {look} is outside the plan's looks 1..{self.looks}")
+        return min(look * self.look_every, self.max_seeds)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> SequentialDesign:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+# --- decisions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One comparison (variant against the reference) after a look.
+
+    verdict: one of `VERDICTS`. difference: mean of the per-seed differences (adastop: difference of
+    means). low, high: the simultaneous interval (NaN where the rule gives none). seeds: seeds it was
+    judged on. look: the look (1-based) at which the verdict was reached, or the latest look while open.
+    """
+
+    variant: str
+    verdict: str
+    difference: float
+    low: float
+    high: float
+    seeds: int
+    look: int
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict != OPEN
+
+    def describe(self, design: SequentialDesign) -> str:
+        """'better, decided at look 2, 10 seeds' / 'open at the maximum, 30 seeds' / 'open after look 1, 5 seeds'."""
+        if self.decided:
+            return f"{self.verdict}, decided at look {self.look}, {self.seeds} seeds"
+        if self.seeds >= design.max_seeds or self.look >= design.looks:
+            return f"open at the maximum, {self.seeds} seeds"
+        return f"open after look {self.look}, {self.seeds} seeds"
+
+
+@dataclass(frozen=True)
+class Look:
+    """The state of a sequential grid on one metric and environment after look `index` (1-based).
+
+    decisions: `{variant: Decision}` for every variant but the reference. state: what the rule carries
+    to the next look (JSON-able; the paired rule: the critical values spent so far).
+    """
+
+    index: int
+    reference: str
+    design: SequentialDesign
+    decisions: dict[str, Decision]
+    state: dict = field(default_factory=dict)
+
+    def open_variants(self) -> list[str]:
+        """The variants with a comparison still open: they get the next look's seeds."""
+        return [v for v, d in self.decisions.items() if not d.decided]
+
+    @property
+    def finished(self) -> bool:
+        """Every comparison decided, or the plan's last look taken."""
+        return not self.open_variants() or self.index >= self.design.looks
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "reference": self.reference,
+            "design": self.design.to_dict(),
+            "decisions": {v: asdict(d) for v, d in self.decisions.items()},
+            "state": self.state,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Look:
+        return cls(
+            int(data["index"]),
+            str(data["reference"]),
+            SequentialDesign.from_dict(data["design"]),
+            {v: Decision(**d) for v, d in data["decisions"].items()},
+            dict(data.get("state", {})),
+        )
+
+
+def decide_look(
+    scores: Mapping[str, Mapping[int, float]],
+    reference: str,
+    look_index: int,
+    design: SequentialDesign,
+    previous: Look | None = None,
+) -> Look:
+    """Judge look `look_index` (1-based) of `design` with its rule.
+
+    scores: `{variant: {seed: score}}` of one metric and environment, the reference included; each
+    comparison is judged on the seeds below `design.seeds_at(look_index)` that both sides have.
+    previous: the look before (None at look 1); its decisions stand and its state is carried on.
+    Raises ValueError on a look out of order or a reference without scores.
+    """
+    expected = 1 if previous is None else previous.index + 1
+    if look_index != expected:
+        raise ValueError(f"look {look_index} follows look {expected - 1}; judge the looks in order")
+    if reference not in scores or not scores[reference]:
+        raise ValueError(f"no scores of the reference {reference!r}")
+    for variant, by_seed in scores.items():
+        bad = [s for s, v in by_seed.items() if not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"{variant} has non-finite scores at seeds {bad} (score failed runs first)")
+    return RULES[design.rule](scores, reference, look_index, design, previous)
+
+
+def _seeds_below(scores: Mapping[int, float], limit: int) -> list[int]:
+    return sorted(s for s in scores if s < limit)
+
+
+def _carried(previous: Look | None, variants: Sequence[str]) -> dict[str, Decision]:
+    """The decisions already reached at earlier looks."""
+    if previous is None:
+        return {}
+    return {v: d for v, d in previous.decisions.items() if d.decided and v in variants}
+
+
+# --- the paired rule -----------------------------------------------------------------------------
+
+
+def pocock_spending(fraction: np.ndarray, alpha: float) -> np.ndarray:
+    """Lan-DeMets Pocock-type spending: alpha log(1 + (e - 1) t), spent by information fraction t."""
+    return alpha * np.log1p((math.e - 1) * np.asarray(fraction, dtype=np.float64))
+
+
+def obrien_fleming_spending(fraction: np.ndarray, alpha: float) -> np.ndarray:
+    """Lan-DeMets O'Brien-Fleming-type spending, two-sided and symmetric: each side spends alpha/2 as
+    2 - 2 Phi(z_{1 - alpha/4} / sqrt(t)) (the form of the published tables, e.g. gsDesign's sfLDOF)."""
+    t = np.maximum(np.asarray(fraction, dtype=np.float64), 1e-12)
+    return 4 * sps.norm.sf(sps.norm.isf(alpha / 4) / np.sqrt(t))
+
+
+SPENDING: dict[str, Callable[[np.ndarray, float], np.ndarray]] = {
+    "pocock": pocock_spending,
+    "obrien-fleming": obrien_fleming_spending,
+}
+
+
+def boundary(
+    fractions: Sequence[float],
+    correlation: np.ndarray,
+    alpha: float,
+    spending: str = "pocock",
+    spent: Sequence[float] = (),
+    draws: int = BOUNDARY_DRAWS,
+    seed: int = BOUNDARY_SEED,
+) -> np.ndarray:
+    """Two-sided critical values `(J,)` on the normal scale for looks at information `fractions` `(J,)`.
+
+    Under the null each of m comparisons' statistic is a Brownian motion in the information fraction,
+    Z_{j,v} = W_v(t_j) / sqrt(t_j), with corr(W_v, W_w) = `correlation` `(m, m)`. c_j is set so that
+    P(max_v |Z_{i,v}| > c_i at some look i <= j) = spending(t_j): the family-wise error over looks and
+    comparisons is alpha at the last look (t = 1). `spent`: critical values already used at the first
+    looks (kept, whatever the correlation estimated since). Monte Carlo over `draws` from a fixed stream.
+    """
+    t = np.asarray(fractions, dtype=np.float64)
+    if t.ndim != 1 or not t.size or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1 + 1e-12:
+        raise ValueError(f"information fractions must increase within (0, 1], not {t.tolist()}")
+    root = _correlation_root(np.atleast_2d(correlation))
+    rng = np.random.default_rng(seed)
+    steps = rng.standard_normal((draws, t.size, root.shape[0])) @ root.T
+    steps *= np.sqrt(np.diff(t, prepend=0.0))[None, :, None]
+    largest = np.abs(np.cumsum(steps, axis=1) / np.sqrt(t)[None, :, None]).max(axis=2)  # (draws, J)
+    budget = SPENDING[spending](t, alpha)
+    alive = np.ones(draws, dtype=bool)
+    out = np.empty(t.size)
+    for j in range(t.size):
+        if j < len(spent):
+            out[j] = spent[j]
+        else:
+            crossing = int(math.floor((budget[j] - (1 - alive.mean())) * draws))  # draws it may still cross
+            values = np.sort(largest[alive, j])
+            out[j] = values[-crossing - 1] if 0 < crossing < values.size else (np.inf if crossing <= 0 else 0.0)
+        alive &= largest[:, j] <= out[j]
+    return out
+
+
+def _correlation_root(correlation: np.ndarray) -> np.ndarray:
+    """A factor L with L L^T = `correlation` (negative eigenvalues of an estimate clipped to 0)."""
+    values, vectors = np.linalg.eigh((correlation + correlation.T) / 2)
+    return vectors * np.sqrt(np.clip(values, 0.0, None))[None, :]
+
+
+def difference_correlation(differences: np.ndarray) -> np.ndarray:
+    """Sample correlation `(m, m)` of per-seed differences `(n, m)` (seeds x comparisons); a comparison
+    with constant differences correlates 0 with the others."""
+    d = np.asarray(differences, dtype=np.float64)
+    m = d.shape[1]
+    if d.shape[0] < 3:
+        return np.eye(m)  # too few seeds to estimate: independence, the conservative side for positive ones
+    centered = d - d.mean(axis=0)
+    scale = np.sqrt((centered**2).sum(axis=0))
+    ok = scale > 0
+    out = np.eye(m)
+    unit = centered[:, ok] / scale[ok]
+    out[np.ix_(ok, ok)] = unit.T @ unit
+    np.fill_diagonal(out, 1.0)
+    return out
+
+
+def _t_to_normal(z: float, df: int) -> float:
+    """The t quantile (df) with the same two-sided tail as the normal critical value z."""
+    return float(sps.t.isf(sps.norm.sf(z), df)) if math.isfinite(z) else math.inf
+
+
+def paired_rule(
+    scores: Mapping[str, Mapping[int, float]],
+    reference: str,
+    look_index: int,
+    design: SequentialDesign,
+    previous: Look | None,
+) -> Look:
+    """The paired rule of the module doc. state: {'critical': [c_1 .. c_j]} on the normal scale."""
+    limit = design.seeds_at(look_index)
+    variants = [v for v in scores if v != reference]
+    decisions = _carried(previous, variants)
+    ref_seeds = set(_seeds_below(scores[reference], limit))
+    pairs = {v: sorted(ref_seeds & set(_seeds_below(scores[v], limit))) for v in variants}
+    # The correlation over comparisons from the seeds every comparison of the first look shares.
+    shared = sorted(set.intersection(ref_seeds, *(set(p) for p in pairs.values()))) if variants else []
+    columns = np.array([[scores[v][s] - scores[reference][s] for v in variants] for s in shared]).reshape(
+        len(shared), len(variants)
+    )
+    correlation = difference_correlation(columns) if variants else np.eye(1)
+    fractions = [design.seeds_at(i) / design.max_seeds for i in range(1, look_index + 1)]
+    spent = list((previous.state if previous else {}).get("critical", []))
+    critical = boundary(fractions, correlation, design.alpha, design.spending, spent=spent)
+    for v in variants:
+        if v in decisions:
+            continue
+        decisions[v] = _judge_pair(v, scores[v], scores[reference], pairs[v], float(critical[-1]), look_index, design)
+    return Look(look_index, reference, design, decisions, {"critical": [float(c) for c in critical]})
+
+
+def _judge_pair(
+    variant: str,
+    x: Mapping[int, float],
+    r: Mapping[int, float],
+    seeds: Sequence[int],
+    critical: float,
+    look_index: int,
+    design: SequentialDesign,
+) -> Decision:
+    """One comparison's repeated confidence interval at a look and the verdict it reads."""
+    d = np.array([x[s] - r[s] for s in seeds], dtype=np.float64)
+    if d.size < 2:
+        return Decision(variant, OPEN, float(d.mean()) if d.size else math.nan, -math.inf, math.inf, d.size, look_index)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    half = _t_to_normal(critical, d.size - 1) * sd / math.sqrt(d.size) if sd > 0 else 0.0
+    low, high = mean - half, mean + half
+    return Decision(variant, _verdict(low, high, design.margin), mean, low, high, int(d.size), look_index)
+
+
+def _verdict(low: float, high: float, margin: float | None) -> str:
+    if low > 0:
+        return BETTER
+    if high < 0:
+        return WORSE
+    if margin is not None and -margin <= low and high <= margin:
+        return EQUIVALENT
+    return OPEN
+
+
+# --- the adastop rule ----------------------------------------------------------------------------
+
+
+def adastop_rule(
+    scores: Mapping[str, Mapping[int, float]],
+    reference: str,
+    look_index: int,
+    design: SequentialDesign,
+    previous: Look | None,
+) -> Look:
+    """AdaStop over the comparisons against the reference, replayed from look 1 (the package keeps its
+    permutation state in memory; a replay from a fixed seed gives a resumed grid the same decisions).
+
+    Each look feeds the package `look_every` new seeds a variant (in seed order); a comparison the
+    package rejects is better or worse (the sign of the difference of means), the rest stay open (its
+    closing 'equal' at the last look means not rejected, not equivalent). state: {} (nothing carried).
+    """
+    from adastop import MultipleAgentsComparator  # imported here: only this rule needs it
+
+    variants = [v for v in scores if v != reference]
+    names = [reference, *variants]
+    comparator = MultipleAgentsComparator(
+        n=design.look_every,
+        K=design.looks,
+        B=ADASTOP_PERMUTATIONS,
+        comparisons=np.array([(i, 0) for i in range(1, len(names))]),
+        alpha=design.alpha,
+        seed=ADASTOP_SEED,
+    )
+    decided_at: dict[str, tuple[str, int]] = {}
+    for look in range(1, look_index + 1):
+        limit = look * design.look_every  # the package wants exactly look * n values a side
+        values = {name: np.array([scores[name][s] for s in _seeds_below(scores[name], limit)]) for name in names}
+        if any(values[n].size < limit for n in _adastop_open(names, decided_at)):
+            break  # a look without its seeds (the last look of N not a multiple of K): judged no further
+        comparator.partial_compare(values, verbose=False)
+        for i, v in enumerate(variants, start=1):
+            said = comparator.decisions[str(np.array([i, 0]))]
+            if v not in decided_at and said in ("larger", "smaller"):
+                decided_at[v] = (BETTER if said == "larger" else WORSE, look)
+        if comparator.is_finished and look < design.looks:
+            break
+    decisions = {}
+    for v in variants:
+        verdict, look = decided_at.get(v, (OPEN, look_index))
+        seeds = _seeds_below(scores[v], look * design.look_every)
+        ref = _seeds_below(scores[reference], look * design.look_every)
+        diff = float(np.mean([scores[v][s] for s in seeds]) - np.mean([scores[reference][s] for s in ref]))
+        decisions[v] = Decision(v, verdict, diff, math.nan, math.nan, len(seeds), look)
+    return Look(look_index, reference, design, decisions, {})
+
+
+def _adastop_open(names: Sequence[str], decided_at: Mapping[str, tuple[str, int]]) -> list[str]:
+    return [names[0], *(n for n in names[1:] if n not in decided_at)]
+
+
+RuleFunction = Callable[[Mapping[str, Mapping[int, float]], str, int, SequentialDesign, Look | None], Look]
+RULES: dict[str, RuleFunction] = {"paired": paired_rule, "adastop": adastop_rule}

@@ -1,0 +1,144 @@
+"""The sequential rules: the boundary against published values, the verdicts a look reads, resuming from a
+stored look, and the adastop wrapper against the package's own decisions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.judging import sequential as sq
+
+# Lan-DeMets O'Brien-Fleming-type spending, two-sided alpha = 0.05, equally spaced looks: the critical
+# values of gsDesign (sfLDOF, test.type = 2) and of Jennison & Turnbull (2000), table 7.6.
+PUBLISHED_OBRIEN_FLEMING = {
+    2: [2.9626, 1.9686],
+    3: [3.7103, 2.5114, 1.9930],
+    4: [4.3326, 2.9631, 2.3590, 2.0141],
+    5: [4.8769, 3.3569, 2.6803, 2.2898, 2.0310],
+}
+# Lan-DeMets Pocock-type spending, the same design (gsDesign sfLDPocock).
+PUBLISHED_POCOCK_5 = [2.4380, 2.4268, 2.4101, 2.3966, 2.3859]
+
+
+@pytest.mark.parametrize("looks", sorted(PUBLISHED_OBRIEN_FLEMING))
+def test_obrien_fleming_boundary_matches_published_values(looks: int) -> None:
+    fractions = np.arange(1, looks + 1) / looks
+    got = sq.boundary(fractions, np.eye(1), 0.05, "obrien-fleming", draws=2_000_000)
+    for value, published in zip(got, PUBLISHED_OBRIEN_FLEMING[looks]):
+        # Monte Carlo: a look whose crossing probability is below 1e-4 rests on few draws.
+        tolerance = 0.02 if published < 3.5 else 0.25
+        assert value == pytest.approx(published, abs=tolerance)
+
+
+def test_pocock_boundary_matches_published_values() -> None:
+    got = sq.boundary(np.arange(1, 6) / 5, np.eye(1), 0.05, "pocock", draws=1_000_000)
+    np.testing.assert_allclose(got, PUBLISHED_POCOCK_5, atol=0.015)
+
+
+def test_boundary_of_one_look_is_dunnett_two_sided_critical_value() -> None:
+    # One look, m comparisons correlated 0.5 (equal-n many-to-one): Dunnett's two-sided critical value on
+    # the normal scale (infinite df), 2.212 for m = 2 and 2.349 for m = 3 (Dunnett 1955 / Bechhofer).
+    for m, published in ((2, 2.212), (3, 2.349)):
+        correlation = np.full((m, m), 0.5) + 0.5 * np.eye(m)
+        assert sq.boundary([1.0], correlation, 0.05, draws=1_000_000)[0] == pytest.approx(published, abs=0.01)
+
+
+def test_spending_reaches_alpha_at_full_information() -> None:
+    for spend in sq.SPENDING.values():
+        assert spend(np.array([1.0]), 0.05)[0] == pytest.approx(0.05)
+        assert np.all(np.diff(spend(np.linspace(0.1, 1, 10), 0.05)) > 0)
+
+
+def _scores(rng: np.random.Generator, seeds: int = 30) -> dict[str, dict[int, float]]:
+    reference = {s: float(rng.normal()) for s in range(seeds)}
+    return {
+        "reference": reference,
+        "broken": {s: reference[s] - 2.0 + 0.1 * float(rng.normal()) for s in range(seeds)},
+        "same": {s: reference[s] + 0.005 * float(rng.normal()) for s in range(seeds)},
+        "noisy": {s: float(rng.normal()) for s in range(seeds)},
+    }
+
+
+def _run(scores: dict, design: sq.SequentialDesign) -> list[sq.Look]:
+    looks: list[sq.Look] = []
+    for j in range(1, design.looks + 1):
+        looks.append(sq.decide_look(scores, "reference", j, design, looks[-1] if looks else None))
+        if looks[-1].finished:
+            break
+    return looks
+
+
+def test_paired_rule_decides_clear_comparisons_at_the_first_look_and_keeps_them() -> None:
+    design = sq.SequentialDesign(look_every=5, max_seeds=15)
+    looks = _run(_scores(np.random.default_rng(0)), design)
+    first = looks[0].decisions
+    assert first["broken"].verdict == sq.WORSE and first["broken"].seeds == 5 and first["broken"].look == 1
+    assert first["same"].verdict == sq.EQUIVALENT
+    assert looks[0].open_variants() == ["noisy"]
+    last = looks[-1]
+    assert last.index == 3 and last.decisions["broken"] == first["broken"]
+    noisy = last.decisions["noisy"]
+    assert noisy.seeds == 15 and noisy.look == 3
+    if noisy.verdict == sq.OPEN:
+        assert noisy.describe(design) == "open at the maximum, 15 seeds"
+    assert first["broken"].describe(design) == "worse, decided at look 1, 5 seeds"
+    # The interval is the t interval at the boundary's critical value, read on the normal scale.
+    assert noisy.low < noisy.difference < noisy.high
+
+
+def test_paired_interval_is_mean_plus_minus_critical_t_times_se() -> None:
+    reference = {s: float(s % 3) for s in range(4)}
+    scores = {"reference": reference, "v": {s: reference[s] + d for s, d in enumerate([0.1, 0.3, 0.2, 0.4])}}
+    design = sq.SequentialDesign(look_every=4, max_seeds=4, margin=None)
+    look = sq.decide_look(scores, "reference", 1, design)
+    d = np.array([0.1, 0.3, 0.2, 0.4])
+    half = 3.182446 * d.std(ddof=1) / 2  # t_{0.975, 3}: one look, one comparison is the plain t interval
+    decision = look.decisions["v"]
+    assert decision.low == pytest.approx(d.mean() - half, abs=2e-3)
+    assert decision.high == pytest.approx(d.mean() + half, abs=2e-3)
+    assert decision.verdict == sq.BETTER
+
+
+def test_a_stored_look_resumes_to_the_same_decisions() -> None:
+    scores = _scores(np.random.default_rng(3))
+    design = sq.SequentialDesign(look_every=5, max_seeds=20)
+    straight = _run(scores, design)
+    restored = sq.Look.from_dict(json.loads(json.dumps(straight[0].to_dict())))
+    assert restored == straight[0]
+    resumed = sq.decide_look(scores, "reference", 2, design, restored)
+    assert resumed == straight[1]
+
+
+def test_looks_out_of_order_and_bad_designs_are_refused() -> None:
+    scores = _scores(np.random.default_rng(1))
+    design = sq.SequentialDesign(look_every=5, max_seeds=10)
+    with pytest.raises(ValueError, match="in order"):
+        sq.decide_look(scores, "reference", 2, design)
+    with pytest.raises(ValueError, match="non-finite"):
+        sq.decide_look({**scores, "nan": {0: float("nan")}}, "reference", 1, design)
+    for bad in ({"look_every": 1}, {"max_seeds": 3}, {"rule": "nope"}, {"spending": "nope"}, {"alpha": 1.5}):
+        with pytest.raises(ValueError):
+            sq.SequentialDesign(**bad)
+    with pytest.raises(ValueError, match="multiple"):
+        sq.SequentialDesign(rule="adastop", look_every=4, max_seeds=10)
+
+
+def test_adastop_wrapper_agrees_with_the_package() -> None:
+    from adastop import MultipleAgentsComparator
+
+    scores = _scores(np.random.default_rng(2), seeds=15)
+    design = sq.SequentialDesign(rule="adastop", look_every=5, max_seeds=15)
+    looks = _run(scores, design)
+    names = ["reference", "broken", "same", "noisy"]
+    comparator = MultipleAgentsComparator(
+        n=5, K=3, B=sq.ADASTOP_PERMUTATIONS, comparisons=np.array([(1, 0), (2, 0), (3, 0)]), alpha=0.05, seed=0
+    )
+    for k in range(1, len(looks) + 1):
+        comparator.partial_compare({n: np.array([scores[n][s] for s in range(5 * k)]) for n in names}, verbose=False)
+    expected = {"larger": sq.BETTER, "smaller": sq.WORSE}
+    for i, name in enumerate(names[1:], start=1):
+        said = comparator.decisions[str(np.array([i, 0]))]
+        assert looks[-1].decisions[name].verdict == expected.get(said, sq.OPEN)
+    assert looks[-1].decisions["broken"].verdict == sq.WORSE
