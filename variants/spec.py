@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -175,6 +176,18 @@ class VariantSpec:
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
 
+# Fields that only mean something together: an ablation (variants.ablation) moves each tuple as one
+# difference, so that no ablated spec holds half of a setting. A field in no tuple moves on its own.
+COUPLED_FIELDS: tuple[tuple[str, ...], ...] = (
+    # the first update's alpha and the start of the learned log-alpha (None: log of that alpha)
+    ("initial_alpha", "initial_log_alpha"),
+    # the multiplier acts only under reward='scale'
+    ("reward", "reward_scale"),
+    # eps acts only in the naive log-prob forms
+    ("log_prob", "log_prob_eps"),
+)
+
+
 def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(VariantSpec)]
 
@@ -193,7 +206,7 @@ def literal_choices(name: str) -> tuple[str, ...]:
 
 def _parse_value(text: str, hint: Any, name: str) -> Any:
     origin = typing.get_origin(hint)
-    if origin is typing.Union:  # Optional[X]
+    if origin in (typing.Union, types.UnionType):  # Optional[X], spelled either way
         if text.strip().lower() in ("none", "null", ""):
             return None
         inner = [a for a in typing.get_args(hint) if a is not type(None)][0]

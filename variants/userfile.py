@@ -17,10 +17,13 @@ means its default. Every error is one line naming the file, the entry and the fi
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +48,7 @@ def _is_int(value: Any) -> bool:
 def _coerce(value: Any, hint: Any, field: str) -> Any:
     """`value` as read from TOML, checked against (and converted to) the field's type; raises ValueError."""
     origin = typing.get_origin(hint)
-    if origin is typing.Union:  # Optional[X]
+    if origin in (typing.Union, types.UnionType):  # Optional[X], spelled either way
         if isinstance(value, str) and value.strip().lower() == "none":
             return None
         inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
@@ -142,3 +145,41 @@ def load_variants_file(path: Path | str, catalog: Mapping[str, CatalogEntry] = C
             raise VariantFileError(f"{path}: variant #{i}: duplicate name {name!r} (already in {where})")
         out[name] = parsed
     return out
+
+
+def _toml_value(value: Any) -> str:
+    """`value` (a spec field's value) as TOML that `_coerce` reads back to it; None as "none"."""
+    if value is None:
+        return '"none"'
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string for the names and choices used here
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value)  # shortest round-trip form, which TOML's float grammar accepts
+    return str(value)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One `[[variant]]` table to write: `base` (a catalog name) with `changes` ({field: value}) applied."""
+
+    name: str
+    description: str
+    base: str
+    changes: Mapping[str, Any]
+
+
+def variants_file_text(entries: Sequence[FileEntry], header: str = "") -> str:
+    """A variants file (the format `load_variants_file` reads) holding `entries` in order.
+
+    header: comment text put first, one '# ' line per line of it.
+    """
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    for entry in entries:
+        lines += ["", "[[variant]]", f"name = {json.dumps(entry.name)}"]
+        lines.append(f"description = {json.dumps(entry.description)}")
+        if entry.base != "reference":
+            lines.append(f"base = {json.dumps(entry.base)}")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in entry.changes.items()]
+    return "\n".join(lines).lstrip("\n") + "\n"

@@ -32,7 +32,7 @@ from variants.catalog import CATALOG, REFERENCE
 from variants.spec import VariantSpec, field_doc
 
 from .. import records
-from . import inference, loading, normalization, stats
+from . import attribution, inference, loading, normalization, stats
 from .figures import FigureFile, draw_figures, variant_colors
 from .findings import reach_text, write_findings
 
@@ -194,6 +194,11 @@ def _build_report(
     written.append(_write_frame(out_dir / "late_diagnostics.csv", late))
     write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources])
     written.append(out_dir / "findings.md")
+    attributed = attribution.for_report(sources, runs, data.configs, VERDICT_CLASSES)  # an ablation grid's
+    if attributed is not None:
+        written.append(_write_frame(out_dir / "attribution.csv", attributed.table))
+        records.atomic_write_text(out_dir / "attribution.md", attributed.markdown)
+        written.append(out_dir / "attribution.md")
 
     colors = variant_colors(runs["variant"].tolist(), reference)
     curves = stats.iqm_learning_curves(data.eval_curves, runs, reps)
@@ -217,6 +222,7 @@ def _build_report(
         pending=pending,
         targets=targets,
         late=late,
+        sections=(attributed.html,) if attributed is not None else (),
     )
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
@@ -291,9 +297,11 @@ def render_html(
     pending: int | None = None,
     targets: pd.DataFrame | None = None,
     late: pd.DataFrame | None = None,
+    sections: Sequence[str] = (),
 ) -> str:
     """The report page: verdicts, warnings, differences from the reference, summary, runs reaching the
-    target, figures, protocol. `sources`: the results folders read (the first names the report)."""
+    target, figures, protocol. `sources`: the results folders read (the first names the report);
+    `sections`: more HTML put after the verdicts (an ablation grid's attribution)."""
     title = " + ".join(Path(s).name for s in sources)
     envs = loading.env_order(runs["env"].tolist())
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
@@ -323,6 +331,7 @@ def render_html(
         + f'. Reference: <code>{esc(reference)}</code>. Tables: <a href="runs.csv">runs.csv</a>, '
         '<a href="summary.csv">summary.csv</a>, <a href="verdicts.csv">verdicts.csv</a>.</p>',
         _verdict_section(verdicts, runs, envs, reference, power, failures),
+        *sections,
         _identical_note(runs),
         same_as_note(runs),
         _warning_section(warnings),

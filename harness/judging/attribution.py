@@ -1,0 +1,266 @@
+"""The attribution table of an ablation grid (`python -m harness ablate`): which of a variant's
+differences from the reference move the score on their own, and which the variant needs.
+
+Per environment and difference, two comparisons of the final return (normalized where the env has
+constants), paired by seed like the report's verdicts (`inference.compare_by_seed`):
+
+    added     reference + the difference  vs  reference   (does it move the score on its own?)
+    removed   variant - the difference    vs  variant     (does the variant need it?)
+
+All rows of the table are one family, held at family-wise level `inference.ALPHA` by Bonferroni
+intervals (`inference.decide`): a second family beside the report's verdict table, at the same level.
+Roles come from run records only: the results folders' ablation manifest (`harness.ablation`) and the
+specs the runs recorded.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from variants.spec import VariantSpec
+
+from .. import ablation
+from . import inference, loading, normalization, stats
+
+METRIC = "final_return"
+ATTRIBUTION_COLUMNS = (
+    "env",
+    "difference",
+    "change",
+    "role",
+    "variant",
+    "against",
+    "units",
+    "verdict",
+    "reading",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "mdd",
+    "paired",
+    "n_pairs",
+    "n_runs",
+    "n_against_runs",
+    "family_size",
+    "level",
+)
+NOT_RUN = "not run"
+# What a verdict says about the difference, per role (a 'no detectable difference' reads as open).
+READINGS: dict[tuple[str, str], str] = {
+    ("added", inference.BETTER): "raises the score on its own",
+    ("added", inference.WORSE): "lowers the score on its own",
+    ("added", inference.EQUIVALENT): "no effect on its own",
+    ("removed", inference.WORSE): "needed: removing it lowers the score",
+    ("removed", inference.BETTER): "harmful: removing it raises the score",
+    ("removed", inference.EQUIVALENT): "not needed",
+}
+
+
+def find_manifest(sources: Sequence[Path]) -> ablation.Manifest | None:
+    """The first ablation manifest among the results folders read; None when none has one."""
+    for folder in sources:
+        manifest = ablation.read_manifest(Path(folder))
+        if manifest is not None:
+            return manifest
+    return None
+
+
+def _env_specs(configs: Mapping[tuple[str, str, int], dict], env: str) -> dict[str, VariantSpec]:
+    out: dict[str, VariantSpec] = {}
+    for (run_env, variant, _), config in configs.items():
+        if run_env != env or variant in out or config.get("implementation", "native") != "native":
+            continue
+        try:
+            out[variant] = VariantSpec.from_dict(config["spec"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _scores(counted: pd.DataFrame, env: str, variant: str | None) -> dict[int, float]:
+    """{seed: final return} of one cell's counted runs, normalized where the env has constants."""
+    cell = counted[(counted["env"] == env) & (counted["variant"] == variant)]
+    values = cell[METRIC].to_numpy(dtype=np.float64)
+    if normalization.can_normalize(env):
+        values = normalization.normalized_score(values, env)
+    return dict(zip(cell["seed"].astype(int), values.tolist()))
+
+
+def attribution_table(
+    manifest: ablation.Manifest, runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict]
+) -> pd.DataFrame:
+    """The attribution rows (`ATTRIBUTION_COLUMNS`), per env in the runs' order, then per difference.
+
+    runs: the report's scored runs (`stats.scored_runs`); configs: config.json per (env, variant, seed).
+    A side with fewer than `stats.MIN_RUNS_FOR_VERDICT` counted runs gets 'too few runs'; a spec that
+    no run recorded, 'not run'. estimate: mean (paired: per-seed) difference of the compared variant
+    minus the end it is compared with; ci_low/ci_high: its simultaneous interval; mdd: the difference
+    the rows would detect with 80% power at the family's level.
+    """
+    counted = stats.counted_runs(runs)
+    cells = []
+    for env in loading.env_order(runs["env"].tolist()):
+        for comparison in ablation.comparisons(manifest, _env_specs(configs, env)):
+            x = _scores(counted, env, comparison.variant)
+            y = _scores(counted, env, comparison.against)
+            cell = {"env": env, "comparison": comparison, "n_runs": len(x), "n_against_runs": len(y)}
+            if comparison.variant is None or comparison.against is None:
+                cell["verdict"] = NOT_RUN
+            elif min(len(x), len(y)) < stats.MIN_RUNS_FOR_VERDICT:
+                cell["verdict"] = stats.TOO_FEW_RUNS
+            else:
+                cell["test"] = inference.compare_by_seed(x, y)
+            cells.append(cell)
+    tests = [c["test"] for c in cells if "test" in c]
+    # One family; the margin only applies where the units are normalized (raw returns have no scale).
+    with_margin = iter(inference.decide(tests, margin=inference.EQUIVALENCE_MARGIN))
+    without = iter(inference.decide(tests, margin=None))
+    level = inference.family_level(len(tests))
+    rows = []
+    for cell in cells:
+        comparison, test = cell["comparison"], cell.get("test")
+        normalized = normalization.can_normalize(cell["env"])
+        decision = None
+        if test is not None:
+            decision, raw = next(with_margin), next(without)
+            decision = decision if normalized else raw
+        verdict = decision.verdict if decision else cell["verdict"]
+        rows.append(
+            {
+                "env": cell["env"],
+                "difference": comparison.difference.key,
+                "change": comparison.difference.label(),
+                "role": comparison.role,
+                "variant": comparison.variant or "",
+                "against": comparison.against or "",
+                "units": "normalized" if normalized else "return",
+                "verdict": verdict,
+                "reading": READINGS.get((comparison.role, verdict), "open" if decision else ""),
+                "estimate": test.difference if test else math.nan,
+                "ci_low": decision.low if decision else math.nan,
+                "ci_high": decision.high if decision else math.nan,
+                "mdd": decision.mdd if decision else math.nan,
+                "paired": bool(test.paired) if test else False,
+                "n_pairs": test.n_x if test is not None and test.paired else 0,
+                "n_runs": cell["n_runs"],
+                "n_against_runs": cell["n_against_runs"],
+                "family_size": len(tests),
+                "level": level,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+QUESTIONS = {
+    "added": "on its own: {reference} + it vs {reference}",
+    "removed": "needed: {variant} - it vs {variant}",
+}
+
+
+def _interval_text(row: pd.Series) -> str:
+    if row["estimate"] != row["estimate"]:
+        return ""
+    text = f"{row['estimate']:+.3g} [{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]"
+    if row["verdict"] == inference.NO_DIFFERENCE:
+        text += f"; could miss up to {row['mdd']:.3g}"
+    return text
+
+
+def _seeds_text(row: pd.Series) -> str:
+    if row["paired"]:
+        return f"{int(row['n_pairs'])} paired"
+    return f"{int(row['n_runs'])} vs {int(row['n_against_runs'])}"
+
+
+def section_html(table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapping[str, str]) -> str:
+    """The report's attribution section: one table per env. `classes`: {verdict: CSS class}."""
+    reference, variant = manifest.reference_name, manifest.variant_name
+    family = int(table["family_size"].max()) if not table.empty else 0
+    out = [
+        f"<h2>Attribution: which of <code>{esc(variant)}</code>'s differences from <code>{esc(reference)}</code> "
+        "matter</h2>",
+        "<p>Each difference (coupled fields move as one: <code>variants.spec.COUPLED_FIELDS</code>) is judged "
+        f"twice on the final return: <em>on its own</em>, {esc(reference)} with it added against "
+        f"{esc(reference)}; <em>needed</em>, {esc(variant)} with it removed against {esc(variant)} (worse there "
+        "means the variant needs it). Estimate: the mean per-seed difference with its simultaneous interval, "
+        f"in normalized score where the env has constants. <strong>Family:</strong> the {family} comparisons "
+        f"of this table, Bonferroni at level 1 - 0.05/{max(family, 1)} each, so the chance that any row says "
+        "better or worse when nothing differs is at most 5% (a family of its own beside the verdict table). "
+        'Table: <a href="attribution.csv">attribution.csv</a>.</p>',
+    ]
+    header = ("difference", "question", "compared", "verdict", "estimate [interval]", "seeds", "reading")
+    for env, rows in table.groupby("env", sort=False):
+        out.append(f"<h3>{esc(env)}</h3><table><thead><tr>")
+        out.append("".join(f"<th>{esc(h)}</th>" for h in header) + "</tr></thead><tbody>")
+        for _, row in rows.iterrows():
+            question = QUESTIONS[row["role"]].format(reference=reference, variant=variant)
+            cells = [
+                f"<td><code>{esc(row['change'])}</code></td>",
+                f"<td>{esc(question)}</td>",
+                f"<td>{esc(row['variant'] or NOT_RUN)} vs {esc(row['against'] or NOT_RUN)}</td>",
+                f'<td class="{classes.get(row["verdict"], "other")}">{esc(row["verdict"])}</td>',
+                f"<td>{esc(_interval_text(row))}</td>",
+                f"<td>{esc(_seeds_text(row))}</td>",
+                f"<td>{esc(row['reading'])}</td>",
+            ]
+            out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append("</tbody></table>")
+    return "\n".join(out) + "\n"
+
+
+def markdown_table(table: pd.DataFrame, manifest: ablation.Manifest) -> str:
+    """The attribution as Markdown, one table per env, for a README."""
+    lines = [f"Attribution of {manifest.variant_name} against {manifest.reference_name} (final return):", ""]
+    for env, rows in table.groupby("env", sort=False):
+        lines += [
+            f"**{env}**",
+            "",
+            "| difference | question | verdict | estimate [interval] | seeds |",
+            "|---|---|---|---|---|",
+        ]
+        for _, row in rows.iterrows():
+            question = "on its own" if row["role"] == "added" else "needed"
+            lines.append(
+                f"| `{row['change']}` | {question} | {row['verdict']} | {_interval_text(row)} | {_seeds_text(row)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What a report adds for an ablation grid: the table, its HTML section and its Markdown."""
+
+    table: pd.DataFrame
+    html: str
+    markdown: str
+
+
+def for_report(
+    sources: Sequence[Path],
+    runs: pd.DataFrame,
+    configs: Mapping[tuple[str, str, int], dict],
+    classes: Mapping[str, str],
+) -> Attribution | None:
+    """The attribution of the results folders read, None when none holds an ablation manifest. An
+    unreadable manifest gives a section that says so (the rest of the report stands)."""
+    try:
+        manifest = find_manifest(sources)
+    except ablation.ManifestError as exc:
+        text = f'<h2>Attribution</h2><p class="warn">Not made: {esc(exc)}</p>\n'
+        return Attribution(pd.DataFrame(columns=list(ATTRIBUTION_COLUMNS)), text, f"Attribution not made: {exc}\n")
+    if manifest is None:
+        return None
+    table = attribution_table(manifest, runs, configs)
+    return Attribution(table, section_html(table, manifest, classes), markdown_table(table, manifest))

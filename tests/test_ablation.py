@@ -1,0 +1,160 @@
+"""Ablation: a variant's differences from the reference (grouped), the ablated specs and their names,
+the files an ablation grid writes, and the report's attribution table."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_stats import write_run
+
+from harness import ablation
+from harness.judging import inference, report
+from variants.ablation import AblationError, ablation_plan, difference_groups
+from variants.catalog import CATALOG, REFERENCE
+from variants.spec import COUPLED_FIELDS, field_names
+from variants.userfile import load_variants_file
+
+BLOG = CATALOG["blog-sac2"].spec
+
+# blog-sac2 against the reference, read off the catalog entry by hand (fields in the spec's order).
+BLOG_GROUPS = [
+    (("log_prob",), ("softplus",), ("naive-scaled",)),
+    (("update_order",), ("sequential",), ("policy-first",)),
+    (("action_rescale",), ("affine",), ("unscaled-stochastic",)),
+    (("init",), ("torch-default",), ("xavier",)),
+    (("batch_size",), (256,), (128,)),
+    (("hidden_sizes",), ((256, 256),), ((256, 256, 256),)),
+    (("initial_alpha", "initial_log_alpha"), (1.0, None), (0.036, 0.0)),
+]
+
+
+def test_blog_sac2s_differences_are_seven_with_the_two_alpha_fields_as_one():
+    groups = difference_groups(REFERENCE, BLOG)
+    assert [(g.fields, g.reference_values, g.variant_values) for g in groups] == BLOG_GROUPS
+    assert groups[-1].key == "initial_alpha+initial_log_alpha"
+    assert groups[-1].label() == "initial_alpha=0.036, initial_log_alpha=0"
+
+
+def test_every_coupled_field_is_a_spec_field_in_one_group_only():
+    coupled = [f for group in COUPLED_FIELDS for f in group]
+    assert set(coupled) <= set(field_names()) and len(coupled) == len(set(coupled))
+
+
+def test_blog_sac2s_ablation_adds_or_removes_exactly_one_difference_each():
+    plan = ablation_plan("reference", REFERENCE, "blog-sac2", BLOG)
+    assert [(p.role, p.difference.fields) for p in plan] == [
+        (role, fields) for fields, _, _ in BLOG_GROUPS for role in ("added", "removed")
+    ]
+    for item in plan:
+        fields = set(item.difference.fields)
+        if item.role == "added":
+            assert set(item.spec.differences(REFERENCE)) == fields
+        else:
+            assert set(item.spec.differences(BLOG)) == fields
+            assert set(item.spec.differences(REFERENCE)) == set(BLOG.differences(REFERENCE)) - fields
+    names = {(p.role, p.difference.key): p.name for p in plan}
+    assert names[("added", "init")] == "ref-init-xavier"
+    assert names[("added", "hidden_sizes")] == "ref-hidden_sizes-256x256x256"
+    assert names[("removed", "initial_alpha+initial_log_alpha")] == "blog-sac2-no-initial_alpha-initial_log_alpha"
+    assert len(set(names.values())) == 14
+
+
+def test_a_users_variant_coupled_fields_move_together_and_equal_specs_share_a_name(tmp_path: Path):
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        '[[variant]]\nname = "mine"\ndescription = "scaled rewards, small batch"\nbase = "sac-auto"\n'
+        'reward = "scale"\nreward_scale = 5.0\n'
+    )
+    mine = load_variants_file(path)["mine"].spec
+    groups = difference_groups(REFERENCE, mine)
+    # sac-auto's three learning rates each move alone; reward with its scale as one; learning_starts
+    # (1000 in both) is no difference.
+    assert [(g.fields, g.variant_values) for g in groups] == [
+        (("reward", "reward_scale"), ("scale", 5.0)),
+        (("lr_actor",), (1e-3,)),
+        (("lr_critic",), (1e-3,)),
+        (("lr_alpha",), (1e-3,)),
+        (("batch_size",), (128,)),
+        (("initial_alpha",), (0.2,)),
+    ]
+    two = dataclasses.replace(REFERENCE, init="xavier", batch_size=128)
+    plan = ablation_plan("reference", REFERENCE, "two", two)
+    by_role = {(p.role, p.difference.key): p.name for p in plan}
+    # reference + init is two - batch_size: one spec, one name, one set of runs.
+    assert by_role[("added", "init")] == by_role[("removed", "batch_size")] == "ref-init-xavier"
+    assert by_role[("added", "batch_size")] == by_role[("removed", "init")] == "ref-batch_size-128"
+
+
+def test_no_difference_or_an_invalid_ablated_spec_is_refused():
+    with pytest.raises(AblationError, match="same spec"):
+        ablation_plan("reference", REFERENCE, "copy", REFERENCE)
+    one_layer = dataclasses.replace(REFERENCE, hidden_sizes=(64,))
+    bf16 = dataclasses.replace(REFERENCE, hidden_sizes=(64, 64), precision="bf16")
+    with pytest.raises(AblationError, match="precision=bf16 needs at least two hidden layers"):
+        ablation_plan("one", one_layer, "bf16", bf16)
+
+
+def test_the_written_variants_file_holds_the_plans_specs_and_reuses_recorded_names(tmp_path: Path):
+    out = tmp_path / "results"
+    xavier = dataclasses.replace(REFERENCE, init="xavier")
+    write_run(out, "Pendulum-v1", "ref-xavier", 0, spec=xavier.to_dict())  # a study begun by hand
+    ends = {"reference": REFERENCE, "blog-sac2": BLOG}
+    names, path = ablation.prepare_grid(out, ends, "python -m harness ablate blog-sac2")
+    assert names[:2] == ["reference", "blog-sac2"] and "ref-xavier" in names and "ref-init-xavier" not in names
+    written = load_variants_file(path)
+    manifest = ablation.read_manifest(out)
+    assert (manifest.reference, manifest.variant) == (REFERENCE, BLOG)
+    for item in manifest.plan():
+        name = manifest.names[(item.role, item.difference.key)]
+        assert written[name].spec == item.spec and written[name].implementation == "native"
+    assert sorted(written) == sorted(names[2:])
+    # Another variant's ablation in the same folder is refused: one manifest per results folder.
+    with pytest.raises(ablation.ManifestError, match="needs its own --out"):
+        ablation.prepare_grid(out, {"reference": REFERENCE, "sac-auto": CATALOG["sac-auto"].spec}, "again")
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_the_report_of_an_ablation_grid_attributes_the_gain(tmp_path: Path):
+    # `two` is the reference with Xavier init and batch 128; batch 128 alone lifts Pendulum's final
+    # return by 300, init changes nothing. Expected: batch moves the score on its own (better) and the
+    # variant needs it (removing it: worse); init is equivalent both ways.
+    results = tmp_path / "results"
+    two = dataclasses.replace(REFERENCE, init="xavier", batch_size=128)
+    ablation.prepare_grid(results, {"reference": REFERENCE, "two": two}, "test")
+    base = np.linspace(-900.0, -500.0, 8)
+    noise = np.array([1.0, -2.0, 3.0, -1.0, 2.0, -3.0, 1.5, -0.5])
+    cells = {
+        "reference": (REFERENCE, base),
+        "two": (two, base + 300.0 + noise),
+        "ref-init-xavier": (dataclasses.replace(REFERENCE, init="xavier"), base + noise),
+        "ref-batch_size-128": (dataclasses.replace(REFERENCE, batch_size=128), base + 300.0 - noise),
+    }
+    for name, (spec, finals) in cells.items():
+        for seed, final in enumerate(finals):
+            write_run(results, "Pendulum-v1", name, seed, float(final), spec=spec.to_dict())
+    out = tmp_path / "report"
+    summary = report.build_report(results, out)
+    rows = {(r["difference"], r["role"]): r for r in read_rows(out / "attribution.csv")}
+    assert set(rows) == {(d, r) for d in ("init", "batch_size") for r in ("added", "removed")}
+    assert rows[("batch_size", "added")]["verdict"] == inference.BETTER
+    assert rows[("batch_size", "added")]["against"] == "reference"
+    assert rows[("batch_size", "removed")]["verdict"] == inference.WORSE
+    assert rows[("batch_size", "removed")]["variant"] == "ref-init-xavier"
+    assert rows[("batch_size", "removed")]["reading"].startswith("needed")
+    assert rows[("init", "added")]["verdict"] == rows[("init", "removed")]["verdict"] == inference.EQUIVALENT
+    assert {r["n_pairs"] for r in rows.values()} == {"8"} and {r["family_size"] for r in rows.values()} == {"4"}
+    # Hand check of one estimate: the paired mean of ref-batch_size-128 - two is -2 * the mean noise,
+    # in units of Pendulum's normalization (random -1207.555, target -150).
+    removed_init = rows[("init", "removed")]
+    assert float(removed_init["estimate"]) == pytest.approx(-2 * noise.mean() / (-150.0 - -1207.555), abs=1e-9)
+    page = summary.index_html.read_text()
+    assert "Attribution: which of <code>two</code>" in page and "needed: removing it lowers the score" in page
+    assert "| `batch_size=128` | on its own | better |" in (out / "attribution.md").read_text()
