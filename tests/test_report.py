@@ -227,6 +227,28 @@ def test_only_failed_runs_still_report(tmp_path: Path) -> None:
     assert "critic-first" in summary.index_html.read_text()
 
 
+def test_a_run_with_nan_and_infinite_evaluations_is_scored_and_reported(tmp_path: Path) -> None:
+    # A user env with --target/--random: a -inf score used to reach the performance-profile figure.
+    for seed in range(3):
+        write_run(tmp_path / "res", "MyEnv-v0", "reference", seed, 50.0 + seed)
+        write_run(tmp_path / "res", "MyEnv-v0", "naive-tanh", seed, 40.0 + seed)
+    for seed, bad in ((3, float("nan")), (4, float("-inf"))):
+        write_run(tmp_path / "res", "MyEnv-v0", "reference", seed, 52.0)
+        diverged = write_run(tmp_path / "res", "MyEnv-v0", "naive-tanh", seed, state="diverged")
+        records.write_csv(diverged / "eval.csv", records.EVAL_COLUMNS, [(1000, 30.0, 1.0, 3), (2000, bad, 1.0, 3)])
+    summary = report.build_report(
+        tmp_path / "res", tmp_path / "out", targets={"MyEnv-v0": 100.0}, randoms={"MyEnv-v0": 0.0}
+    )
+    rows = {int(r["seed"]): r for r in read_rows(tmp_path / "out" / "runs.csv") if r["variant"] == "naive-tanh"}
+    for seed in (3, 4):  # floor 0 (R_random): final = min(30, 0); auc = (30 + 3 x 0) / 4
+        assert (float(rows[seed]["final_score"]), float(rows[seed]["auc_score"])) == (0.0, 7.5)
+    iqm = [r for r in read_rows(tmp_path / "out" / "summary.csv") if r["variant"] == "naive-tanh"]
+    assert {r["n_runs"] for r in iqm} == {"5"} and all(np.isfinite(float(r["estimate"])) for r in iqm)
+    page = summary.index_html.read_text()
+    assert "enters every aggregate and verdict at its failure score" in page and "left out of every" not in page
+    assert (tmp_path / "out" / "performance_profile.png").is_file()
+
+
 def test_report_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report.report_command(tmp_path / "missing", tmp_path / "out") == 2
     err = capsys.readouterr().err

@@ -201,7 +201,10 @@ def test_all_envs_aggregate_uses_normalized_scores(tmp_path: Path) -> None:
     p = (np.array(pendulum) + 1207.555) / (-150.0 + 1207.555)
     q = (np.array(lunar) + 212.676) / (200.0 + 212.676)
     assert pooled.loc["final_return_mean", "estimate"] == pytest.approx((p.mean() + q.mean()) / 2)
-    assert pooled.loc["final_return_median", "estimate"] == pytest.approx((p.mean() + q.mean()) / 2)
+    # The median pools every run as the IQM does (not the median of the two env means, which is their mean).
+    assert pooled.loc["final_return_median", "estimate"] == pytest.approx(np.median(np.r_[p, q]))
+    per_env = summary[(summary["env"] == "Pendulum-v1") & (summary["metric"] == "final_return_median")]
+    assert per_env["estimate"].iloc[0] == pytest.approx(np.median(pendulum))  # the median run, not the mean
     assert pooled.loc["final_return_iqm", "estimate"] == pytest.approx(scipy.stats.trim_mean(np.r_[p, q], 0.25))
     assert pooled.loc["final_return_optimality_gap", "estimate"] == pytest.approx(
         1 - (np.minimum(p, 1).mean() + np.minimum(q, 1).mean()) / 2
@@ -358,6 +361,43 @@ def test_a_diverged_run_lowers_its_variants_score(tmp_path: Path) -> None:
 
     assert pick(survivors)["n_runs"] == 3 and pick(counted)["n_runs"] == 4
     assert pick(counted)["estimate"] < pick(survivors)["estimate"]
+
+
+def test_failure_score_fills_missing_and_non_finite_evaluations_at_the_floor() -> None:
+    # Evaluations -100, NaN, -inf, -400 of a budget of 6 points, floor -300: the NaN, the -inf and the two
+    # missing points count at -300; the final score is the lower of the last finite one (-400) and the floor.
+    final, auc = stats.failure_score([-100.0, float("nan"), float("-inf"), -400.0], 6, -300.0)
+    assert final == -400.0
+    assert auc == pytest.approx((-100.0 - 300.0 - 300.0 - 400.0 - 300.0 - 300.0) / 6)
+    assert stats.failure_score([float("nan")], 4, -300.0) == (-300.0, -300.0)  # no finite evaluation: the floor
+    assert stats.failure_score([-50.0], 2, -300.0) == (-300.0, pytest.approx(-175.0))  # above the floor: capped
+
+
+def _diverge(folder: Path, evaluations: Sequence[float]) -> None:
+    """Rewrite a run's eval.csv with `evaluations` (at steps 1000, 2000, ...) and its scores as a diverged
+    run's learner would have left them (the last evaluation's return, NaN or infinite included)."""
+    steps = [1000 * (i + 1) for i in range(len(evaluations))]
+    records.write_csv(folder / "eval.csv", records.EVAL_COLUMNS, [(s, m, 1.0, 3) for s, m in zip(steps, evaluations)])
+    status = records.read_json(folder / "status.json")
+    records.write_json(folder / "status.json", {**status, "final_return": None, "auc_return": None})
+
+
+def test_runs_with_nan_and_infinite_evaluations_are_scored_never_dropped(tmp_path: Path) -> None:
+    write_cell(tmp_path, "Pendulum-v1", "reference", [-200.0, -210.0, -190.0, -205.0])
+    write_cell(tmp_path, "Pendulum-v1", "naive-tanh", [-200.0, -210.0])
+    _diverge(write_run(tmp_path, "Pendulum-v1", "naive-tanh", 2, state="diverged"), [-180.0, float("nan")])
+    _diverge(write_run(tmp_path, "Pendulum-v1", "naive-tanh", 3, state="diverged"), [-170.0, float("-inf")])
+    data = loading.scan_results(tmp_path)
+    scored = stats.score_failures(data.runs, data.eval_curves, data.configs)
+    floor = normalization.R_RANDOM["Pendulum-v1"]
+    mine = scored[scored["variant"] == "naive-tanh"].set_index("seed")
+    assert np.isfinite(mine[list(stats.RETURN_METRICS)].to_numpy(float)).all()
+    assert (mine.loc[[2, 3], "final_return"] == floor).all()
+    assert mine.loc[2, "auc_return"] == pytest.approx((-180.0 + 3 * floor) / 4)
+    assert mine.loc[3, "auc_return"] == pytest.approx((-170.0 + 3 * floor) / 4)
+    summary = stats.summary_table(scored)
+    cell = summary[(summary["variant"] == "naive-tanh") & (summary["metric"] == "final_return_iqm")]
+    assert cell["n_runs"].tolist() == [4, 4] and np.isfinite(cell["estimate"]).all()  # Pendulum-v1 and all
 
 
 def test_first_reach_steps_and_target_table_on_hand_computed_curves(tmp_path: Path) -> None:

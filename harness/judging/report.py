@@ -755,9 +755,10 @@ def _failures_table(runs: pd.DataFrame) -> str:
     if bad.empty:
         return "<p>Every run completed.</p>"
     rows = [(r.env, r.variant, r.seed, r.state, r.env_steps, r.reason) for r in bad.itertuples(index=False)]
-    return "<p>Runs that did not complete (counted here, left out of every aggregate):</p>\n" + _table(
-        ["env", "variant", "seed", "state", "env steps reached", "reason"], rows
-    )
+    return (
+        "<p>Runs that did not complete (each enters every aggregate and verdict at its failure score, "
+        "<code>final_score</code> and <code>auc_score</code> in runs.csv):</p>\n"
+    ) + _table(["env", "variant", "seed", "state", "env steps reached", "reason"], rows)
 
 
 def _distinct(values: Iterable[Any]) -> list[tuple[str, int]]:
@@ -839,15 +840,16 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
     out.append("<h3>Statistics</h3>")
     out.append(
         "<ul>"
-        "<li>Every run enters aggregates and verdicts: a failed or diverged run is scored as if its policy were a "
-        "uniform random one from where it stopped (final return: the lower of its last evaluation and R_random; "
-        "auc_return: its evaluations, then R_random for the missing points; for an env without R_random, the lowest "
-        "complete run's return). Learning curves show complete runs only.</li>"
+        "<li>Every run enters aggregates and verdicts: a failed or diverged run (or one with a NaN or infinite "
+        "evaluation) is scored as if its policy were a uniform random one from where it stopped: every missing or "
+        "non-finite evaluation counts at R_random (for an env without R_random, the lowest complete run's return); "
+        "auc_return is the mean over the budget's evaluation points so filled, and the final return the lower of its "
+        "last finite evaluation and R_random. Learning curves show complete runs only.</li>"
         f"<li>Intervals: 95% percentile intervals of rliable's stratified bootstrap ({reps} replications; each "
         "environment's runs resampled independently), seeded from what each estimates, so a rebuilt report gives "
         "identical numbers.</li>"
-        "<li>IQM: 25% trimmed mean of all runs (pooled over environments for <em>all</em>). Mean and median: of the "
-        "per-environment means. Optimality gap: threshold minus the mean of min(score, threshold); threshold R_target on raw "
+        "<li>IQM: 25% trimmed mean of all runs (pooled over environments for <em>all</em>). Median: of all runs (pooled over "
+        "environments for <em>all</em>). Mean: of the per-environment means. Optimality gap: threshold minus the mean of min(score, threshold); threshold R_target on raw "
         "returns, 1 on normalized scores; lower is better.</li>"
         "<li>final_return: the last evaluation's mean return; auc_return: the mean over all of a run's evaluations.</li>"
         "<li>Verdicts: see the rule above the verdict table; PoI, rliable's probability of improvement, is shown "

@@ -94,48 +94,63 @@ def counted_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def failure_floor(env: str, runs: pd.DataFrame, metric: str) -> float:
-    """The return a failed or diverged run of `env` is scored at most: a uniform random policy's, or,
-    for an env without that constant, the lowest `metric` of the env's complete runs."""
+    """The return a failed or diverged run of `env` counts at, from where it stopped: a uniform random
+    policy's, or, for an env without that constant, the lowest finite `metric` of the env's complete runs
+    (NaN when there is none: such a run cannot be scored)."""
     if env in normalization.R_RANDOM:
         return normalization.R_RANDOM[env]
-    done = complete_runs(runs[runs["env"] == env])[metric].dropna()
+    done = complete_runs(runs[runs["env"] == env])[metric].astype(float)
+    done = done[np.isfinite(done)]
     return float(done.min()) if len(done) else math.nan
+
+
+def needs_scoring(runs: pd.DataFrame) -> pd.Series:
+    """Boolean `(len(runs),)`: the runs the failure rule scores (not complete, or a non-finite score)."""
+    finite = np.isfinite(runs[list(RETURN_METRICS)].astype(float).to_numpy()).all(axis=1)
+    return (runs["state"] != "complete") | ~finite
+
+
+def failure_score(evaluations: Sequence[float], points: int, floor: float) -> tuple[float, float]:
+    """(final_return, auc_return) of a failed or diverged run by the one failure rule.
+
+    evaluations: `(k,)` mean returns of the evaluations it recorded, in step order (any of them NaN or
+    infinite where the policy diverged); points: the budget's evaluation points (>= k). Every missing or
+    non-finite evaluation counts at `floor` (a random policy's return): auc_return is the mean over the
+    `points` evaluations so filled; final_return is the lower of its last finite evaluation and `floor`
+    (`floor` if it has none). Both are finite whenever `floor` is.
+    """
+    values = np.asarray(evaluations, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    filled = np.where(np.isfinite(values), values, floor)
+    filled = np.concatenate([filled, np.full(max(0, points - values.size), floor)])
+    final = min(float(finite[-1]), floor) if finite.size else floor
+    return final, float(filled.mean()) if filled.size else floor
 
 
 def score_failures(
     runs: pd.DataFrame, eval_curves: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict]
 ) -> pd.DataFrame:
-    """`runs` with a score for every failed or diverged run, so that a variant is not judged on its survivors.
+    """`runs` with every failed or diverged run scored by `failure_score`, so that a variant is not judged on
+    its survivors and no score is NaN or infinite.
 
-    A run that stopped is scored as if its policy from then on were no better than a uniform random one
-    (`failure_floor`): final_return = min(its last evaluation, floor) (the floor if it never evaluated),
-    and auc_return = the mean over all the budget's evaluation points, the missing ones at that final
-    score. Complete runs are unchanged. A column `scored` says which rows were filled ('failure') .
+    A run is scored when it did not complete or when a score of it is not finite (a NaN or infinite
+    evaluation); its evaluations come from `eval_curves`, its evaluation points from its config's budget.
+    Complete runs with finite scores are unchanged. A column `scored` says which rows were filled
+    ('failure'); only a run of an env with no floor at all (`failure_floor` NaN) stays unscored.
     """
     out = runs.copy()
     out["scored"] = ""
-    for i, row in out.iterrows():
-        if row["state"] == "complete":
-            continue
-        curve = eval_curves[
-            (eval_curves["env"] == row["env"])
-            & (eval_curves["variant"] == row["variant"])
-            & (eval_curves["seed"] == row["seed"])
-        ].sort_values("env_step")
-        means = curve["return_mean"].astype(float).tolist()
+    todo = needs_scoring(out)
+    curves = eval_curves.sort_values("env_step").groupby(["env", "variant", "seed"])["return_mean"]
+    for i, row in out[todo].iterrows():
         floor = failure_floor(row["env"], runs, "final_return")
         if math.isnan(floor):
             continue  # no way to score it: left out, and the failure table still counts it
-        final = min(means[-1], floor) if means else floor
-        points = int(
-            configs.get((row["env"], row["variant"], int(row["seed"])), {})
-            .get("budget", {})
-            .get("eval_points", len(means))
-            or len(means)
-        )
-        filled = means + [final] * max(0, points - len(means))
-        out.at[i, "final_return"] = final
-        out.at[i, "auc_return"] = float(np.mean(filled)) if filled else final
+        key = (row["env"], row["variant"], int(row["seed"]))
+        means = curves.get_group(key).astype(float).tolist() if key in curves.groups else []
+        budget = configs.get(key, {}).get("budget", {})
+        points = int(budget.get("eval_points", len(means)) or len(means))
+        out.at[i, "final_return"], out.at[i, "auc_return"] = failure_score(means, points, floor)
         out.at[i, "scored"] = "failure"
     return out
 
@@ -227,8 +242,9 @@ def ragged_mean(*tasks: np.ndarray) -> float:
 
 
 def ragged_median(*tasks: np.ndarray) -> float:
-    """Median over tasks of each task's mean score."""
-    return float(np.median(_task_means(tasks)))
+    """Median of all runs of all tasks pooled (the same pooling as `ragged_iqm`): with one task, the median
+    run. (rliable's aggregate_median, the median of per-task means, is the mean when there is one task.)"""
+    return float(np.median(np.concatenate([t.ravel() for t in tasks])))
 
 
 def ragged_optimality_gap(*tasks: np.ndarray, gamma: float = 1.0) -> float:
