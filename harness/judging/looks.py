@@ -1,0 +1,330 @@
+"""The looks of a sequential grid (`harness run --until-decided`): judged from run records, kept on disk.
+
+A sequential grid trains seeds look by look (harness.sequential_grid) and, after each look, judges every
+open comparison (a variant against the reference, per env and metric) with a rule of
+`harness.judging.sequential`. What each look decided is written to `<results>/looks.json` atomically, so
+that a killed grid resumes to the same decisions and `harness status` / `harness report` say which
+comparison was decided when ("worse, decided at look 1, 2 seeds"; "open at the maximum, 6 seeds"):
+
+    {"design": {SequentialDesign fields, "reference": str, "metrics": [str], "envs": [str], "variants": [str]},
+     "looks": [{"look": 1,
+                "seeds": {env: {variant: n}},           # seeds 0..n-1 each variant had when judged
+                "judged": {env: {metric: Look.to_dict()}},  # the rule's state after this look
+                "failures": {env: {variant: {"look": j, "seeds": n, "reason": str}}}}, ...],
+     "end": null | "decided" | "maximum"}
+
+Every look's entry holds the whole picture (earlier decisions carried on), so the last entry says where
+each comparison stands. A variant whose every run of a look failed with the same error at the same step
+(an exception that recurs, as critic-first's in-place error at its first update) is closed as worse on
+that basis, outside the rule and its error budget: a software failure, not noise. Scores are the
+report's (`stats.scored_runs`: failed and diverged runs scored too), normalized when the design has an
+equivalence margin.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import records
+from . import normalization, sequential, stats
+from .loading import RunRecords
+
+nan = math.nan
+
+LOOKS_FILE = "looks.json"
+END_DECIDED = "decided"  # every comparison decided
+END_MAXIMUM = "maximum"  # the plan's last look taken with some comparison still open
+FAILURE = "failure"  # the basis of a closure by a recurring failure
+RULE = "rule"
+
+
+class LooksError(ValueError):
+    """looks.json cannot be read, or a look cannot be judged (one line)."""
+
+
+@dataclass(frozen=True)
+class FailureClosure:
+    """A variant closed as worse because every run of a look failed with the same error at the same step."""
+
+    look: int
+    seeds: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LookRecord:
+    look: int  # 1-based
+    seeds: dict[str, dict[str, int]]  # env -> variant -> seeds 0..n-1 given so far
+    judged: dict[str, dict[str, sequential.Look]]  # env -> metric -> the rule's look (carried when not judged)
+    failures: dict[str, dict[str, FailureClosure]]  # env -> variant -> its closure (carried on)
+
+
+@dataclass(frozen=True)
+class Looks:
+    """A sequential grid's design (`design_record`) and every look judged so far."""
+
+    design: dict
+    looks: tuple[LookRecord, ...] = ()
+    end: str | None = None  # None while looks remain
+
+    @property
+    def rule_design(self) -> sequential.SequentialDesign:
+        return sequential.SequentialDesign.from_dict(self.design)
+
+    @property
+    def reference(self) -> str:
+        return str(self.design["reference"])
+
+    def seeds_given(self, env: str) -> dict[str, int]:
+        """variant -> seeds 0..n-1 it had in `env` by the last look ({} before the first)."""
+        return dict(self.looks[-1].seeds.get(env, {})) if self.looks else {}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Where one comparison stands after the last look: one row of `comparisons`."""
+
+    env: str
+    variant: str
+    metric: str
+    verdict: str  # better, worse, equivalent or open
+    difference: float  # mean per-seed difference (normalized score), NaN where none
+    low: float  # the rule's simultaneous interval (NaN where it gives none)
+    high: float
+    seeds: int  # seeds judged
+    look: int  # the look that decided it (the latest look while open; 0 before the first)
+    basis: str  # RULE or FAILURE
+    note: str  # the failure, for FAILURE
+
+
+def design_record(
+    design: sequential.SequentialDesign, reference: str, envs: Sequence[str], variants: Sequence[str]
+) -> dict:
+    """The design as looks.json records it: the rule's fields, the reference, the metrics, envs and variants."""
+    return design.to_dict() | {
+        "reference": reference,
+        "metrics": list(stats.RETURN_METRICS),
+        "envs": list(envs),
+        "variants": [v for v in variants if v != reference],
+    }
+
+
+def design_difference(recorded: Mapping, asked: Mapping) -> str | None:
+    """None when two design records agree; else one line naming the fields that differ."""
+    keys = sorted(k for k in set(recorded) | set(asked) if recorded.get(k) != asked.get(k))
+    if not keys:
+        return None
+    return "; ".join(f"{k} {recorded.get(k)!r} there, {asked.get(k)!r} now" for k in keys)
+
+
+# --- on disk -------------------------------------------------------------------------------------
+
+
+def looks_path(results: Path) -> Path:
+    return Path(results) / LOOKS_FILE
+
+
+def _look_json(look: LookRecord) -> dict:
+    return {
+        "look": look.look,
+        "seeds": look.seeds,
+        "judged": {env: {m: rule.to_dict() for m, rule in by.items()} for env, by in look.judged.items()},
+        "failures": {env: {v: asdict(c) for v, c in by.items()} for env, by in look.failures.items()},
+    }
+
+
+def _look_from_json(data: Mapping) -> LookRecord:
+    return LookRecord(
+        int(data["look"]),
+        {str(e): {str(v): int(n) for v, n in by.items()} for e, by in data["seeds"].items()},
+        {e: {m: sequential.Look.from_dict(r) for m, r in by.items()} for e, by in data["judged"].items()},
+        {e: {v: FailureClosure(**c) for v, c in by.items()} for e, by in data["failures"].items()},
+    )
+
+
+def write_looks(results: Path, state: Looks) -> None:
+    """Write `state` to `<results>/looks.json` atomically (the old file or the new one, never half).
+    An interval end the rule left infinite (a comparison with too few seeds) is written `Infinity`."""
+    data = {"design": state.design, "looks": [_look_json(look) for look in state.looks], "end": state.end}
+    # Infinity and NaN as Python's json writes them: the rule's state read back bit for bit on a resume.
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=True)
+    records.atomic_write_text(looks_path(results), text + "\n")
+
+
+def read_looks(results: Path) -> Looks | None:
+    """The looks recorded in `results`, or None when it holds no looks.json (not a sequential grid).
+    Raises LooksError when the file is not valid JSON of the documented shape."""
+    path = looks_path(results)
+    if not path.exists():
+        return None
+    try:
+        raw = records.read_json(path)
+        return Looks(dict(raw["design"]), tuple(_look_from_json(look) for look in raw["looks"]), raw.get("end"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LooksError(f"{path} is not a readable record of looks ({type(exc).__name__}: {exc})") from None
+
+
+# --- judging a look ------------------------------------------------------------------------------
+
+
+def open_variants(state: Looks) -> dict[str, list[str]]:
+    """env -> the variants that get the next look's seeds: those with a comparison still open there
+    (every one before the first look), then the reference while any is open. Envs with none are left out."""
+    latest = {(c.env, c.variant) for c in comparisons(state) if c.verdict == sequential.OPEN}
+    out: dict[str, list[str]] = {}
+    for env in state.design["envs"]:
+        still = [v for v in state.design["variants"] if not state.looks or (env, v) in latest]
+        if still:
+            out[env] = [state.reference, *still]
+    return out
+
+
+def recurring_failure(runs: pd.DataFrame, env: str, variant: str, reference: str, n: int) -> str | None:
+    """The shared failure of `variant`'s runs of seeds 0..n-1 in `env` when every one of them (n >= 2) failed
+    with the same error at the same step and the reference's runs did not; else None.
+
+    runs: `loading.RUN_COLUMNS` rows (state, reason)."""
+    mine = runs[(runs["env"] == env) & (runs["variant"] == variant) & (runs["seed"] < n)]
+    if n < 2 or len(mine) < n or (mine["state"] != "failed").any() or mine["reason"].nunique() != 1:
+        return None
+    reason = str(mine["reason"].iloc[0])
+    ref = runs[(runs["env"] == env) & (runs["variant"] == reference) & (runs["seed"] < n)]
+    return None if (ref["reason"] == reason).all() and len(ref) else reason
+
+
+def look_scores(runs: pd.DataFrame, env: str, metric: str, seeds: Mapping[str, int], normalize: bool) -> dict:
+    """`{variant: {seed: score}}` of `metric` in `env`, each variant's seeds below its count in `seeds`.
+
+    runs: scored runs (`stats.scored_runs`); normalized scores when `normalize`."""
+    out = {}
+    for variant, n in seeds.items():
+        cell = runs[(runs["env"] == env) & (runs["variant"] == variant) & (runs["seed"] < n)]
+        values = cell[metric].to_numpy(dtype=float)
+        if normalize:
+            values = normalization.normalized_score(values, env)
+        out[variant] = dict(zip(cell["seed"].astype(int).tolist(), values.tolist()))
+    return out
+
+
+def judge_look(state: Looks, data: RunRecords, seeds: Mapping[str, Mapping[str, int]]) -> LookRecord:
+    """The next look of `state`, judged on the run records `data` with the seed counts `seeds` (env ->
+    variant -> n, for the envs trained at this look). Raises LooksError when a score is missing or not finite."""
+    design, reference = state.rule_design, state.reference
+    look = len(state.looks) + 1
+    last = state.looks[-1] if state.looks else LookRecord(0, {}, {}, {})
+    all_seeds = {env: {**last.seeds.get(env, {}), **seeds.get(env, {})} for env in {*last.seeds, *seeds}}
+    judged = {env: dict(by) for env, by in last.judged.items()}
+    failures = {env: dict(by) for env, by in last.failures.items()}
+    recorded_targets, recorded_randoms, _ = normalization.recorded(data.configs)
+    with normalization.extended(recorded_targets, recorded_randoms):
+        runs = stats.scored_runs(data)
+        for env, trained in seeds.items():
+            closed = failures.setdefault(env, {})
+            for variant in trained:
+                reason = (
+                    None if variant == reference else recurring_failure(runs, env, variant, reference, trained[variant])
+                )
+                if reason:
+                    closed[variant] = FailureClosure(look, trained[variant], reason)
+            given = {v: n for v, n in all_seeds[env].items() if v not in closed}
+            for metric in state.design["metrics"]:
+                scores = look_scores(runs, env, metric, given, design.margin is not None)
+                missing = [v for v, n in given.items() if len(scores[v]) < n]
+                if missing:
+                    raise LooksError(f"look {look}: {env} {', '.join(missing)} lack scored runs of their seeds")
+                if len(scores) < 2:
+                    continue  # every comparison in env closed by failure: nothing for the rule
+                try:
+                    judged.setdefault(env, {})[metric] = sequential.decide_look(
+                        scores, reference, look, design, judged.get(env, {}).get(metric)
+                    )
+                except ValueError as exc:
+                    raise LooksError(f"look {look}: {env} {metric}: {exc}") from None
+    return LookRecord(look, all_seeds, judged, failures)
+
+
+# --- where each comparison stands: what status and the report say ----------------------------------
+
+
+def comparisons(state: Looks) -> list[Comparison]:
+    """Every comparison of the design after the last look, in design order (env, variant, metric)."""
+    last = state.looks[-1] if state.looks else LookRecord(0, {}, {}, {})
+    out = []
+    for env in state.design["envs"]:
+        for variant in state.design["variants"]:
+            closure = last.failures.get(env, {}).get(variant)
+            for metric in state.design["metrics"]:
+                rule_look = last.judged.get(env, {}).get(metric)
+                decision = rule_look.decisions.get(variant) if rule_look else None
+                if closure is not None:
+                    row = (sequential.WORSE, nan, nan, nan, closure.seeds, closure.look, FAILURE, closure.reason)
+                elif decision is not None:
+                    row = (
+                        decision.verdict,
+                        decision.difference,
+                        decision.low,
+                        decision.high,
+                        decision.seeds,
+                        decision.look,
+                        RULE,
+                        "",
+                    )
+                else:
+                    row = (sequential.OPEN, nan, nan, nan, 0, last.look, RULE, "")
+                out.append(Comparison(env, variant, metric, *row))
+    return out
+
+
+def short_failure(reason: str) -> str:
+    """'RuntimeError at step 1001' from `loading.failure_reason`'s 'RuntimeError: one of ... (at step 1001)'."""
+    head = reason.split(":", 1)[0].strip()
+    step = re.search(r"\(at step \d+\)$", reason)
+    if len(head) > 60:
+        head = head[:57] + "..."
+    return head + (" " + step.group(0)[1:-1] if step else "")
+
+
+def comparison_text(c: Comparison, state: Looks) -> str:
+    """'worse, decided at look 1, 2 seeds (every run failed: ...)', 'equivalent, decided at look 2, 4
+    seeds, difference +0.003 [-0.021, +0.027]', 'open at the maximum, 6 seeds, ...' or 'open after look
+    1, 2 seeds, ... (more looks to come)'."""
+    numbers = f", difference {c.difference:+.3f}" if math.isfinite(c.difference) else ""
+    if math.isfinite(c.low) and math.isfinite(c.high):
+        numbers += f" [{c.low:+.3f}, {c.high:+.3f}]"
+    if c.basis == FAILURE:
+        return f"{c.verdict}, decided at look {c.look}, {c.seeds} seeds (every run failed: {short_failure(c.note)})"
+    if c.verdict != sequential.OPEN:
+        return f"{c.verdict}, decided at look {c.look}, {c.seeds} seeds{numbers}"
+    if state.end == END_MAXIMUM:
+        return f"open at the maximum, {c.seeds} seeds{numbers}"
+    return f"open after look {c.look}, {c.seeds} seeds{numbers} (more looks to come)"
+
+
+def summary_lines(state: Looks) -> list[str]:
+    """A line for the design and where the grid stands, then one per comparison."""
+    design = state.rule_design
+    n = len(state.looks)
+    where = {
+        None: f"{n} of at most {design.looks} looks judged; a rerun of the grid's command goes on",
+        END_DECIDED: f"stopped after look {n}: every comparison decided",
+        END_MAXIMUM: f"stopped after look {n}: the maximum of {design.max_seeds} seeds reached",
+    }.get(state.end, f"end {state.end!r}")
+    lines = [
+        f"sequential grid: {design.rule} rule, a look every {design.look_every} seeds up to {design.max_seeds}, "
+        f"family-wise error {design.alpha:g} per metric over all looks and comparisons; {where}"
+    ]
+    for c in comparisons(state):
+        lines.append(f"  {c.env} {c.variant} vs {state.reference}, {c.metric}: {comparison_text(c, state)}")
+    return lines
+
+
+def comparison_frame(state: Looks) -> pd.DataFrame:
+    """`comparisons` as a frame (the columns of `Comparison`), for a report's looks.csv."""
+    return pd.DataFrame([asdict(c) for c in comparisons(state)], columns=list(Comparison.__dataclass_fields__))

@@ -1,0 +1,150 @@
+"""A grid that adds seeds look by look until every comparison is decided (`harness run --until-decided`).
+
+Look j trains seeds 0 .. n_j - 1 (n_j = min(j K, N), `SequentialDesign.seeds_at`) of every variant with a
+comparison still open, seed-major as every grid (harness.running.grid plans and trains them; finished
+runs are skipped), and of the reference while any comparison against it is open in that env; a variant
+whose comparisons are all decided gets no more seeds. Then the look is judged from the run records
+alone (harness.judging.looks, with a rule of harness.judging.sequential) and written to
+`<results>/looks.json` before the next look starts. The grid stops when every comparison is decided or
+after the look at N seeds.
+
+A killed grid resumes: the looks already in looks.json stand as written, the runs already finished are
+not trained again, and a look is judged only once all its runs are finished, on exactly its seeds, so a
+rerun of the same command reaches the same decisions. This module joins the two halves (running and
+judging never import each other); the command line only hands over to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from . import records
+from .judging import loading, looks, sequential
+from .running import grid
+from .running.train import Job
+
+
+class SequentialGridError(ValueError):
+    """The results folder holds looks of another design, or looks that cannot be read (one line)."""
+
+
+def start_or_resume(out: Path, asked: dict) -> looks.Looks:
+    """The looks recorded in `out` when their design is `asked` (a resumed grid), a fresh record when
+    there are none. Raises SequentialGridError when `out` records another design or an unreadable file."""
+    try:
+        state = looks.read_looks(out)
+    except looks.LooksError as exc:
+        raise SequentialGridError(str(exc)) from None
+    if state is None:
+        return looks.Looks(asked)
+    difference = looks.design_difference(state.design, asked)
+    if difference:
+        raise SequentialGridError(
+            f"{out} holds the looks of another sequential grid ({difference}); use another --out, "
+            f"or the design it records"
+        )
+    return state
+
+
+def plan_look(request: grid.GridRequest, trained: Mapping[str, Sequence[str]], n: int) -> list[Job]:
+    """The jobs of one look: seeds 0..n-1 of `trained` (env -> variants) not yet finished, seed-major,
+    the cheapest env first (as `grid.plan`). Raises grid.ConfigConflict as `grid.plan` does."""
+    jobs: list[Job] = []
+    for env, names in trained.items():
+        part = dataclasses.replace(
+            request, variants={v: request.variants[v] for v in names}, envs=[env], seeds=list(range(n))
+        )
+        jobs.extend(grid.plan(part).jobs)
+    jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
+    return jobs
+
+
+def unfinished_runs(out: Path, trained: Mapping[str, Sequence[str]], n: int) -> list[str]:
+    """'env variant seed k' for each run of a look (seeds 0..n-1 of `trained`) with no finished record."""
+    return [
+        f"{env} {variant} seed {seed}"
+        for env, names in trained.items()
+        for variant in names
+        for seed in range(n)
+        if grid.run_state(records.run_dir(out, env, variant, seed)) is None
+    ]
+
+
+def look_end(state: looks.Looks) -> str | None:
+    """How the grid ends after the last look of `state`: every comparison decided, the plan's last look
+    taken, or None (more looks)."""
+    if not looks.open_variants(state):
+        return looks.END_DECIDED
+    return looks.END_MAXIMUM if len(state.looks) >= state.rule_design.looks else None
+
+
+def judge_and_record(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int) -> looks.Looks:
+    """Judge the next look of `state` (seeds 0..n-1 of `trained`) from the run records of `out`, write
+    looks.json and return the new state. Raises SequentialGridError when a look cannot be judged."""
+    data = loading.scan_results(out)
+    try:
+        record = looks.judge_look(state, data, {env: dict.fromkeys(names, n) for env, names in trained.items()})
+    except looks.LooksError as exc:
+        raise SequentialGridError(str(exc)) from None
+    judged = dataclasses.replace(state, looks=(*state.looks, record))
+    judged = dataclasses.replace(judged, end=look_end(judged))
+    looks.write_looks(out, judged)
+    return judged
+
+
+def run_until_decided(
+    request: grid.GridRequest,
+    design: sequential.SequentialDesign,
+    reference: str,
+    workers: int,
+    deadline: float | None = None,
+    on_finished: Callable[[int, int], None] | None = None,
+    log: Callable[[str], None] = print,
+) -> looks.Looks:
+    """Train and judge look after look (see the module doc) until the grid ends or a look is left with
+    runs unfinished (`deadline` passed, or runs left to another process): then it returns the state so
+    far, and a rerun goes on. `request.seeds` is not used. Raises SequentialGridError, grid.ConfigConflict,
+    and `Interrupted` on Ctrl-C (finished runs and judged looks kept)."""
+    out = Path(request.out)
+    state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants)))
+    while state.end is None:
+        look, trained = len(state.looks) + 1, looks.open_variants(state)
+        n = design.seeds_at(look)
+        jobs = plan_look(request, trained, n)
+        log(
+            f"look {look} of at most {design.looks}: seeds 0-{n - 1} of "
+            + "; ".join(f"{env}: {', '.join(names)}" for env, names in trained.items())
+            + f" ({sum(len(job.seeds) for job in jobs)} runs to train)"
+        )
+        queue = records.hold_queue(out, [(job.env_id, job.variant, seed) for job in jobs for seed in job.seeds])
+        try:
+            grid.execute(jobs, workers, log=log, on_finished=on_finished, deadline=deadline)
+        finally:
+            queue.release()
+        waiting = unfinished_runs(out, trained, n)
+        if waiting:
+            log(
+                f"look {look} is not judged: {len(waiting)} run(s) unfinished ({', '.join(waiting[:3])}"
+                + (", ..." if len(waiting) > 3 else "")
+                + "); rerun the same command to go on"
+            )
+            return state
+        state = judge_and_record(out, state, trained, n)
+        for line in looks.summary_lines(state):
+            log(line)
+    return state
+
+
+def dry_run_text(request: grid.GridRequest, design: sequential.SequentialDesign, reference: str) -> str:
+    """What the next look would train, without training or writing anything."""
+    state = start_or_resume(
+        Path(request.out), looks.design_record(design, reference, request.envs, list(request.variants))
+    )
+    if state.end is not None:
+        return "\n".join(["nothing to train: the sequential grid has ended", *looks.summary_lines(state)])
+    look = len(state.looks) + 1
+    jobs = plan_look(request, looks.open_variants(state), design.seeds_at(look))
+    head = f"look {look} of at most {design.looks}"
+    return f"{head}: " + (grid.plan_text(jobs) if jobs else "every run is finished; the look is judged next")

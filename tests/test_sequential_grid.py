@@ -1,0 +1,216 @@
+"""`harness run --until-decided`: looks of seeds, decisions written per look, resumed after a kill.
+
+Most tests replace the training of a look (`grid.execute`) with one that writes run records of known
+scores, so that what each look decides is known by hand; one test trains tiny real runs end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import records, sequential_grid
+from harness.judging import looks, normalization, sequential
+from harness.judging.loading import DIAGNOSTICS_REQUIRED
+from harness.running import grid
+from harness.running.profiles import budget_for
+from harness.running.train import Interrupted, Job
+from variants import CATALOG
+
+ENV = "Pendulum-v1"
+SPAN = normalization.R_TARGET[ENV] - normalization.R_RANDOM[ENV]
+ERROR = "RuntimeError: modified by an inplace operation"
+
+
+def normalized_score(variant: str, seed: int) -> float | None:
+    """The made-up score of each run: the reference wanders from seed to seed; joint-update is 0.5 above
+    it on every seed (better), naive-tanh within +-0.002 of it (equivalent); critic-first fails (None)."""
+    base = 0.3 + 0.1 * np.sin(seed)
+    return {
+        "reference": base,
+        "joint-update": base + 0.5 + 0.01 * np.cos(3 * seed),
+        "naive-tanh": base + 0.002 * np.cos(5 * seed),
+        "critic-first": None,
+    }[variant]
+
+
+def write_run(job: Job, seed: int) -> None:
+    """A finished run folder of `job`'s seed whose every evaluation returns `normalized_score`."""
+    folder = records.run_dir(Path(job.out), job.env_id, job.variant, seed)
+    score = normalized_score(job.variant, seed)
+    steps = job.budget.eval_steps()
+    value = normalization.R_RANDOM[ENV] - 100.0 if score is None else normalization.R_RANDOM[ENV] + score * SPAN
+    shown = steps[:1] if score is None else steps  # a failure stops after its first evaluation
+    records.write_json(folder / "config.json", job.run_config(seed))
+    records.write_csv(folder / "eval.csv", records.EVAL_COLUMNS, [(s, value, 0.0, 1) for s in shown])
+    records.write_csv(folder / "diagnostics.csv", DIAGNOSTICS_REQUIRED, [(shown[-1], 1, *[0.0] * 6)])
+    status = {"state": "complete", "env_steps": shown[-1], "wall_s": 1.0, "final_return": value, "auc_return": value}
+    if score is None:
+        status |= {"state": "failed", "error": ERROR, "error_step": shown[-1]}
+    records.write_json(folder / "status.json", status)
+
+
+class FakeTraining:
+    """Stands in for `grid.execute`: writes each job's runs (`write_run`), remembers what it trained, and
+    raises `Interrupted` (as Ctrl-C does) once `stop_after` runs are written, if given."""
+
+    def __init__(self, stop_after: int | None = None):
+        self.trained: list[tuple[str, int]] = []
+        self.stop_after = stop_after
+
+    def __call__(self, jobs, workers, log=print, on_finished=None, deadline=None):
+        for job in jobs:
+            for seed in job.seeds:
+                if self.stop_after is not None and len(self.trained) >= self.stop_after:
+                    raise Interrupted("stopped the running jobs")
+                write_run(job, seed)
+                self.trained.append((job.variant, seed))
+        return []
+
+
+def request(out: Path, variants=("reference", "critic-first", "naive-tanh", "joint-update")) -> grid.GridRequest:
+    return grid.GridRequest(
+        variants={v: CATALOG[v] for v in variants},
+        overrides={},
+        envs=[ENV],
+        seeds=[0],
+        budgets={ENV: budget_for("smoke", ENV, 200)},
+        out=out,
+        device="cpu",
+        members=1,
+        command=("python", "-m", "harness", "run"),
+    )
+
+
+DESIGN = sequential.SequentialDesign(rule="paired", look_every=2, max_seeds=6)
+
+
+def run(out: Path, training: FakeTraining, monkeypatch, design=DESIGN, **kwargs) -> looks.Looks:
+    monkeypatch.setattr(grid, "execute", training)
+    return sequential_grid.run_until_decided(request(out, **kwargs), design, "reference", 1, log=lambda line: None)
+
+
+def by_key(state: looks.Looks) -> dict[tuple[str, str], looks.Comparison]:
+    return {(c.variant, c.metric): c for c in looks.comparisons(state)}
+
+
+def test_each_comparison_is_decided_at_its_look_and_a_decided_variant_gets_no_more_seeds(tmp_path, monkeypatch):
+    training = FakeTraining()
+    state = run(tmp_path, training, monkeypatch)
+    found = by_key(state)
+    for metric in ("final_return", "auc_return"):
+        failed = found[("critic-first", metric)]  # fails on both seeds of look 1, the same error at the same step
+        assert (failed.verdict, failed.look, failed.seeds, failed.basis) == ("worse", 1, 2, looks.FAILURE)
+        assert failed.note == f"{ERROR} (at step 10)"
+        assert "(every run failed: RuntimeError at step 10)" in looks.comparison_text(failed, state)
+        better = found[("joint-update", metric)]
+        assert better.verdict == "better" and better.low > 0 and better.seeds == better.look * 2
+        same = found[("naive-tanh", metric)]
+        assert same.verdict == "equivalent" and -0.05 <= same.low <= same.high <= 0.05
+    # critic-first's two failures closed it at look 1: seeds 0 and 1 only; the reference ran on while
+    # anything was open, and no variant got a seed past the last look it was open at.
+    seeds = {v: sorted(s for name, s in training.trained if name == v) for v in request(tmp_path).variants}
+    assert seeds["critic-first"] == [0, 1]
+    last_open = {v: max(c.look for c in looks.comparisons(state) if c.variant == v) for v in seeds if v != "reference"}
+    for variant, look in last_open.items():
+        assert seeds[variant] == list(range(2 * look))
+    assert seeds["reference"] == list(range(2 * max(last_open.values())))
+    assert state.end == looks.END_DECIDED
+    assert looks.read_looks(tmp_path) == state  # what was written is what was decided
+
+
+def test_a_comparison_still_open_at_the_maximum_stops_the_grid_at_max_seeds(tmp_path, monkeypatch):
+    # The adastop rule gives no equivalence: naive-tanh's near-zero difference stays open to 6 seeds.
+    design = sequential.SequentialDesign(rule="adastop", look_every=2, max_seeds=6)
+    state = run(tmp_path, FakeTraining(), monkeypatch, design, variants=("reference", "naive-tanh"))
+    assert state.end == looks.END_MAXIMUM and len(state.looks) == 3
+    for c in looks.comparisons(state):
+        assert (c.verdict, c.seeds, c.look) == ("open", 6, 3)
+        assert looks.comparison_text(c, state).startswith("open at the maximum, 6 seeds")
+    assert "the maximum of 6 seeds reached" in looks.summary_lines(state)[0]
+
+
+@pytest.mark.parametrize("stop_after", [1, 5, 8, 11])  # the whole grid trains 12 runs, 8 in look 1
+def test_a_grid_stopped_mid_look_resumes_to_the_same_decisions(tmp_path, monkeypatch, stop_after):
+    whole = run(tmp_path / "whole", FakeTraining(), monkeypatch)
+    with pytest.raises(Interrupted):
+        run(tmp_path / "stopped", FakeTraining(stop_after=stop_after), monkeypatch)
+    rest = FakeTraining()
+    resumed = run(tmp_path / "stopped", rest, monkeypatch)
+    assert resumed == whole
+    assert (tmp_path / "stopped/looks.json").read_bytes() == (tmp_path / "whole/looks.json").read_bytes()
+    assert len(set(rest.trained)) == len(rest.trained)  # nothing trained twice
+    assert looks.summary_lines(resumed) == looks.summary_lines(whole)
+
+
+def test_a_grid_killed_between_its_last_run_and_writing_the_look_judges_it_on_the_rerun(tmp_path, monkeypatch):
+    whole = run(tmp_path / "whole", FakeTraining(), monkeypatch)
+    write = looks.write_looks
+
+    def killed_at_look_2(results, state):
+        if len(state.looks) == 2:
+            raise KeyboardInterrupt
+        write(results, state)
+
+    monkeypatch.setattr(looks, "write_looks", killed_at_look_2)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed", FakeTraining(), monkeypatch)
+    assert len(looks.read_looks(tmp_path / "killed").looks) == 1
+    monkeypatch.setattr(looks, "write_looks", write)
+    rest = FakeTraining()
+    assert run(tmp_path / "killed", rest, monkeypatch) == whole and rest.trained == []
+
+
+def test_a_grid_resumed_after_its_last_look_trains_nothing_more(tmp_path, monkeypatch):
+    whole = run(tmp_path, FakeTraining(), monkeypatch)
+    again = FakeTraining()
+    assert run(tmp_path, again, monkeypatch) == whole and again.trained == []
+
+
+def test_looks_of_another_design_are_refused_in_one_line(tmp_path, monkeypatch):
+    run(tmp_path, FakeTraining(), monkeypatch)
+    other = sequential.SequentialDesign(rule="paired", look_every=2, max_seeds=8)
+    with pytest.raises(sequential_grid.SequentialGridError, match=r"\(max_seeds 6 there, 8 now\); use another --out"):
+        run(tmp_path, FakeTraining(), monkeypatch, other)
+    (tmp_path / "looks.json").write_text("{not json")
+    with pytest.raises(sequential_grid.SequentialGridError, match="not a readable record of looks"):
+        run(tmp_path, FakeTraining(), monkeypatch)
+
+
+def test_a_single_failure_or_failures_that_differ_are_left_to_the_rule():
+    import pandas as pd
+
+    def runs(reasons):
+        return pd.DataFrame(
+            {
+                "env": ENV,
+                "variant": ["v"] * len(reasons) + ["reference"] * len(reasons),
+                "seed": [*range(len(reasons))] * 2,
+                "state": ["failed" if r else "complete" for r in reasons] + ["complete"] * len(reasons),
+                "reason": [*reasons, *[""] * len(reasons)],
+            }
+        )
+
+    assert (
+        looks.recurring_failure(runs(["E (at step 5)", "E (at step 5)"]), ENV, "v", "reference", 2) == "E (at step 5)"
+    )
+    assert (
+        looks.recurring_failure(runs(["E (at step 5)"]), ENV, "v", "reference", 1) is None
+    )  # one seed is not a pattern
+    assert looks.recurring_failure(runs(["E (at step 5)", "E (at step 9)"]), ENV, "v", "reference", 2) is None
+    assert looks.recurring_failure(runs(["E (at step 5)", ""]), ENV, "v", "reference", 2) is None
+
+
+def test_looks_json_is_read_back_exactly_infinite_intervals_included(tmp_path):
+    decision = sequential.Decision("v", sequential.OPEN, 0.1, -np.inf, np.inf, 1, 1)
+    rule = sequential.Look(1, "reference", DESIGN, {"v": decision}, {"critical": [np.inf]})
+    state = looks.Looks(
+        looks.design_record(DESIGN, "reference", [ENV], ["reference", "v"]),
+        (looks.LookRecord(1, {ENV: {"reference": 2, "v": 2}}, {ENV: {"final_return": rule}}, {}),),
+    )
+    looks.write_looks(tmp_path, state)
+    assert looks.read_looks(tmp_path) == state
+    assert json.loads((tmp_path / "looks.json").read_text())["design"]["variants"] == ["v"]
