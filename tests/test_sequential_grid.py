@@ -214,3 +214,18 @@ def test_looks_json_is_read_back_exactly_infinite_intervals_included(tmp_path):
     looks.write_looks(tmp_path, state)
     assert looks.read_looks(tmp_path) == state
     assert json.loads((tmp_path / "looks.json").read_text())["design"]["variants"] == ["v"]
+
+
+def test_the_report_shows_each_comparison_and_when_it_was_decided(tmp_path, monkeypatch):
+    from harness.judging.report import build_report
+
+    run(tmp_path / "grid", FakeTraining(), monkeypatch)
+    summary = build_report(tmp_path / "grid", tmp_path / "report")
+    page = summary.index_html.read_text()
+    assert "Sequential verdicts: the looks of this grid" in page
+    assert "worse, decided at look 1, 2 seeds (every run failed: RuntimeError at step 10)" in page
+    assert "better, decided at look 2, 4 seeds" in page
+    assert page.index("Sequential verdicts") < page.index("Verdicts: each variant vs")
+    table = (tmp_path / "report/looks.csv").read_text().splitlines()
+    assert table[0] == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note"
+    assert len(table) == 1 + 3 * 2  # three comparisons, two metrics

@@ -32,7 +32,7 @@ from variants.catalog import CATALOG, REFERENCE
 from variants.spec import VariantSpec, field_doc
 
 from .. import records
-from . import attribution, inference, loading, normalization, stats
+from . import attribution, inference, loading, looks, normalization, stats
 from .figures import FigureFile, draw_figures, variant_colors
 from .findings import reach_text, write_findings
 
@@ -194,6 +194,7 @@ def _build_report(
     written.append(_write_frame(out_dir / "late_diagnostics.csv", late))
     write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources])
     written.append(out_dir / "findings.md")
+    sequential_section = _looks_section(sources[0], reference, out_dir, written)  # a sequential grid's
     attributed = attribution.for_report(sources, runs, data.configs, VERDICT_CLASSES)  # an ablation grid's
     if attributed is not None:
         written.append(_write_frame(out_dir / "attribution.csv", attributed.table))
@@ -223,6 +224,7 @@ def _build_report(
         targets=targets,
         late=late,
         sections=(attributed.html,) if attributed is not None else (),
+        first=(sequential_section,),
     )
     index = out_dir / "index.html"
     records.atomic_write_text(index, page)
@@ -230,6 +232,54 @@ def _build_report(
 
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
     return ReportSummary(out_dir, index, tuple(written), len(runs), counts, tuple(data.skipped()))
+
+
+def _looks_section(results: Path, reference: str, out_dir: Path, written: list[Path]) -> str:
+    """The looks of a sequential grid (`harness run --until-decided`) recorded in `results`: an HTML
+    section and looks.csv (appended to `written`); '' when `results` holds none. An unreadable looks.json,
+    or looks judged against another reference than the report's, gives a section that says so."""
+    try:
+        state = looks.read_looks(results)
+    except looks.LooksError as exc:
+        return f'<h2>Sequential verdicts</h2><p class="warn">Not shown: {esc(exc)}</p>\n'
+    if state is None:
+        return ""
+    if state.reference != reference:
+        return (
+            f'<h2>Sequential verdicts</h2><p class="warn">Not shown: the looks judged against '
+            f"<code>{esc(state.reference)}</code>, this report against <code>{esc(reference)}</code>.</p>\n"
+        )
+    written.append(_write_frame(out_dir / "looks.csv", looks.comparison_frame(state)))
+    design = state.rule_design
+    rows = [
+        (
+            c.env,
+            c.variant,
+            c.metric,
+            f'<td class="{VERDICT_CLASSES.get(c.verdict, "other")}">{esc(c.verdict)}</td>',
+            looks.comparison_text(c, state),
+        )
+        for c in looks.comparisons(state)
+    ]
+    body = "".join(
+        f"<tr><td>{esc(env)}</td><td>{esc(variant)}</td><td>{esc(metric)}</td>{cell}<td>{esc(text)}</td></tr>\n"
+        for env, variant, metric, cell, text in rows
+    )
+    return (
+        "<h2>Sequential verdicts: the looks of this grid</h2>\n"
+        f"<p>{esc(looks.summary_lines(state)[0])}. Rule <code>{esc(design.rule)}</code> "
+        "(harness.judging.sequential): its family-wise error over every look and comparison is at most "
+        f"{design.alpha:g} per metric"
+        + (f"; <em>equivalent</em>: the interval lies inside +-{design.margin:g} normalized" if design.margin else "")
+        + ". "
+        "A variant closed on the basis of a failure failed on every seed of a look with the same error at the "
+        "same step: an exception that recurs, decided outside the error budget. These are the verdicts the "
+        'grid stopped on (<a href="looks.csv">looks.csv</a>); the fixed-seed table below applies the '
+        "fixed rule to the same runs, whose seed counts the looks chose, so its stated level does not hold "
+        "for them.</p>\n"
+        "<table><thead><tr><th>env</th><th>variant</th><th>metric</th><th>verdict</th><th>when</th></tr></thead>"
+        f"<tbody>\n{body}</tbody></table>\n"
+    )
 
 
 # --- tables --------------------------------------------------------------------------------------
@@ -298,10 +348,12 @@ def render_html(
     targets: pd.DataFrame | None = None,
     late: pd.DataFrame | None = None,
     sections: Sequence[str] = (),
+    first: Sequence[str] = (),
 ) -> str:
     """The report page: verdicts, warnings, differences from the reference, summary, runs reaching the
     target, figures, protocol. `sources`: the results folders read (the first names the report);
-    `sections`: more HTML put after the verdicts (an ablation grid's attribution)."""
+    `sections`: more HTML put after the verdicts (an ablation grid's attribution); `first`: before them
+    (a sequential grid's looks)."""
     title = " + ".join(Path(s).name for s in sources)
     envs = loading.env_order(runs["env"].tolist())
     counts = {state: int((runs["state"] == state).sum()) for state in records.STATES}
@@ -330,6 +382,7 @@ def render_html(
         + (f"; <strong>{len(warnings)} run folder(s) skipped</strong> (see warnings)" if warnings else "")
         + f'. Reference: <code>{esc(reference)}</code>. Tables: <a href="runs.csv">runs.csv</a>, '
         '<a href="summary.csv">summary.csv</a>, <a href="verdicts.csv">verdicts.csv</a>.</p>',
+        *first,
         _verdict_section(verdicts, runs, envs, reference, power, failures),
         *sections,
         _identical_note(runs),
