@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--seed-offset",
-        type=int,
+        type=_number("--seed-offset", int, "a whole number", lambda v: v >= 0, ">= 0"),
         default=None,
         help="first seed (default 0, the baseline's; with --results: all seeds there)",
     )
@@ -650,6 +650,9 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         )
         grid.execute(jobs, args.workers)
     if args.update_baseline:
+        failed = check.unfinished_runs(new_dir, variant_names)
+        if failed:
+            raise UsageError(f"check --update-baseline: a baseline holds complete runs only; {failed}")
         check.write_baseline(
             new_dir,
             baseline,

@@ -8,7 +8,9 @@ in math are small pure functions selected by a field's value (see `logprob`, `re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -92,7 +94,10 @@ class VariantSpec:
     batch_size: int = _doc("transitions per gradient update", default=256)
     buffer_size: int = _doc("replay capacity per member, in transitions", default=1_000_000)
     learning_starts: int = _doc("env steps of uniform random actions before the first update", default=1000)
-    hidden_sizes: tuple[int, ...] = _doc("hidden layer widths of the actor and of each critic", default=(256, 256))
+    hidden_sizes: tuple[int, ...] = _doc(
+        "hidden layer widths of the actor and of each critic (--set hidden_sizes=256,256 or 256x256)",
+        default=(256, 256),
+    )
     log_std_min: float = _doc("lower clamp of the actor's log-std", default=-20.0)
     log_std_max: float = _doc("upper clamp of the actor's log-std", default=2.0)
     initial_alpha: float = _doc("temperature used by the first update", default=1.0)
@@ -114,15 +119,18 @@ class VariantSpec:
     )
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            choices = literal_choices(f.name)
-            value = getattr(self, f.name)
+        for name, choices, is_float in _field_checks():
+            value = getattr(self, name)
             if choices and value not in choices:
-                raise ValueError(f"{f.name}={value!r}: expected one of {', '.join(choices)}")
-        positive = ("lr_actor", "lr_critic", "batch_size", "buffer_size")
+                raise ValueError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+            if is_float and value is not None and not math.isfinite(value):
+                raise ValueError(f"{name}={value!r}: must be a finite number")
+        positive = ("lr_actor", "lr_critic", "lr_alpha", "batch_size", "buffer_size")
         for name in positive:
             if getattr(self, name) < 0 or (name in ("batch_size", "buffer_size") and getattr(self, name) < 1):
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be positive")
+        if self.lr_decay_period < 0:
+            raise ValueError(f"lr_decay_period={self.lr_decay_period!r}: must be >= 0 (0: no decay)")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.tau <= 1.0:
             raise ValueError("gamma and tau must lie in [0, 1]")
         if not self.hidden_sizes or min(self.hidden_sizes) < 1:
@@ -188,6 +196,34 @@ COUPLED_FIELDS: tuple[tuple[str, ...], ...] = (
 )
 
 
+@functools.cache
+def field_types() -> dict[str, Any]:
+    """VariantSpec's resolved field types (computed once: resolving them costs milliseconds)."""
+    return typing.get_type_hints(VariantSpec)
+
+
+@functools.cache
+def _field_checks() -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+    """(name, its closed set of values or (), whether it holds a float) per field, for `__post_init__`."""
+    types_ = field_types()
+    return tuple(
+        (f.name, literal_choices(f.name), float in _numeric_types(types_[f.name]))
+        for f in dataclasses.fields(VariantSpec)
+    )
+
+
+def _numeric_types(hint: Any) -> tuple[Any, ...]:
+    """The plain types a field's hint admits (`float | None` -> (float, NoneType))."""
+    return typing.get_args(hint) if optional_inner(hint) is not None else (hint,)
+
+
+def optional_inner(hint: Any) -> Any:
+    """X for an optional field's hint (`X | None`, either spelling of the union), else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(hint) if a is not type(None)][0]
+    return None
+
+
 def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(VariantSpec)]
 
@@ -198,31 +234,46 @@ def field_doc(name: str) -> str:
 
 def literal_choices(name: str) -> tuple[str, ...]:
     """The closed set of values of a Literal-typed field, or () for other fields."""
-    hint = typing.get_type_hints(VariantSpec)[name]
+    hint = field_types()[name]
     if typing.get_origin(hint) is Literal:
         return typing.get_args(hint)
     return ()
 
 
+WIDTH_SEPARATORS = re.compile(r"[,x]")  # hidden_sizes=256,256 or 256x256 (a space may follow a comma)
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """`hidden_sizes` text as layer widths: positive whole numbers separated by ',' or 'x'
+    ("256,256", "64x64x64"); anything else ("-64", "64x-8", "1.5") raises ValueError."""
+    parts = [p.strip() for p in WIDTH_SEPARATORS.split(text.strip())]
+    bad = [p for p in parts if not p.isdigit() or int(p) < 1]
+    if bad or not parts:
+        raise ValueError(f"{text!r}: widths must be positive whole numbers separated by ',' or 'x'")
+    return tuple(int(p) for p in parts)
+
+
 def _parse_value(text: str, hint: Any, name: str) -> Any:
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):  # Optional[X], spelled either way
+    inner = optional_inner(hint)
+    if inner is not None:
         if text.strip().lower() in ("none", "null", ""):
             return None
-        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
         return _parse_value(text, inner, name)
     if origin is Literal:
         return text
     if origin is tuple:
-        parts = [p for p in text.replace("x", ",").replace("-", ",").split(",") if p.strip()]
-        return tuple(int(p) for p in parts)
+        return parse_widths(text)
     if hint is int:
         value = float(text)
         if not value.is_integer():
             raise ValueError(f"{text!r} is not an integer")
         return int(value)
     if hint is float:
-        return float(text)
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text!r} is not a finite number")
+        return value
     raise ValueError(f"cannot parse a value for {name}")
 
 
@@ -234,7 +285,7 @@ def parse_override(assignment: str) -> tuple[str, Any]:
     if "=" not in assignment:
         raise ValueError(f"--set {assignment!r}: expected KEY=VALUE")
     key, text = (s.strip() for s in assignment.split("=", 1))
-    hints = typing.get_type_hints(VariantSpec)
+    hints = field_types()
     if key not in hints:
         raise ValueError(f"--set {key}: unknown field; valid fields: {', '.join(field_names())}")
     try:

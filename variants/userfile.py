@@ -20,7 +20,6 @@ import dataclasses
 import json
 import math
 import re
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any, Literal
 import tomllib
 
 from .catalog import CATALOG, CatalogEntry
-from .spec import VariantSpec, field_names, literal_choices
+from .spec import field_names, field_types, literal_choices, optional_inner
 
 ENTRY_KEYS = ("name", "description", "base")  # what an entry holds besides spec fields
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -48,10 +47,10 @@ def _is_int(value: Any) -> bool:
 def _coerce(value: Any, hint: Any, field: str) -> Any:
     """`value` as read from TOML, checked against (and converted to) the field's type; raises ValueError."""
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):  # Optional[X], spelled either way
+    inner = optional_inner(hint)
+    if inner is not None:
         if isinstance(value, str) and value.strip().lower() == "none":
             return None
-        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
         return _coerce(value, inner, field)
     if origin is Literal:
         choices = literal_choices(field)
@@ -93,7 +92,7 @@ def parse_entry(
     base_name = entry.get("base", "reference")
     if base_name not in catalog:
         raise VariantFileError(f"{where}: base {base_name!r} is not a catalog variant; valid: {', '.join(catalog)}")
-    hints = typing.get_type_hints(VariantSpec)
+    hints = field_types()
     changes = {}
     for key, value in entry.items():
         if key in ENTRY_KEYS:

@@ -371,6 +371,24 @@ def format_outcome(outcome: CheckOutcome, tolerance: float, overridden: bool = F
     return lines
 
 
+def unfinished_runs(new_dir: Path, variants: Sequence[str]) -> str:
+    """'' when every run of `variants` in `new_dir` completed (and each has at least one); else one line
+    naming the runs that did not (state or why unreadable), for refusing them as a baseline."""
+    bad = []
+    for variant in variants:
+        folders = sorted((Path(new_dir) / "runs" / CHECK_ENV / variant).glob("seed_*"))
+        if not folders:
+            bad.append(f"{variant}: no runs")
+        for folder in folders:
+            try:
+                state = records.read_json(folder / "status.json").get("state")
+            except (OSError, ValueError, AttributeError):
+                state = "unreadable status.json"
+            if state != "complete":
+                bad.append(f"{variant} {folder.name}: {state or 'unfinished'}")
+    return ", ".join(bad)
+
+
 def write_baseline(new_dir: Path, baseline_dir: Path, variants: Sequence[str], meta: dict) -> None:
     """Replace `baseline_dir` with the run folders of `new_dir` and a baseline.json of provenance."""
     baseline_dir = Path(baseline_dir)

@@ -151,7 +151,7 @@ def env_info(env: EnvRef | str) -> EnvInfo:
     ref = as_ref(env)
     try:
         made = ref.make()
-    except Exception as exc:  # any failure to build a user's env is a usage error, not a crash
+    except (Exception, SystemExit) as exc:  # any failure to build a user's env (an exit at import too) is a usage error
         raise EnvError(f"cannot make environment {ref.entry!r}: {_one_line(exc)}") from None
     try:
         _check_box(made.observation_space, "observation", ref, bounded=False)
