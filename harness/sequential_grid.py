@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from . import records
-from .judging import loading, looks, sequential
+from .judging import loading, looks, normalization, sequential
 from .running import grid
 from .running.train import Job
 
@@ -132,9 +132,44 @@ def run_until_decided(
             )
             return state
         state = judge_and_record(out, state, trained, n)
-        for line in looks.summary_lines(state):
-            log(line)
+        log(look_line(state))
     return state
+
+
+def look_line(state: looks.Looks) -> str:
+    """'look 1 judged: Pendulum-v1 critic-first worse (failure) on final_return, auc_return; 2 comparison(s) open'."""
+    look, found = len(state.looks), looks.comparisons(state)
+    decided: dict[tuple[str, str, str], list[str]] = {}
+    for c in found:
+        if c.verdict != sequential.OPEN and c.look == look:
+            verdict = c.verdict + (" (failure)" if c.basis == looks.FAILURE else "")
+            decided.setdefault((c.env, c.variant, verdict), []).append(c.metric)
+    parts = [
+        f"{env} {variant} {verdict} on {', '.join(metrics)}" for (env, variant, verdict), metrics in decided.items()
+    ]
+    still = sum(c.verdict == sequential.OPEN for c in found)
+    return f"look {look} judged: {'; '.join(parts) or 'nothing decided'}; {still} comparison(s) open"
+
+
+def check_request(request: grid.GridRequest, design: sequential.SequentialDesign, reference: str) -> None:
+    """Raise SequentialGridError (one line) unless the grid can be judged look by look: the reference and
+    at least one other variant among its variants, and, where the design judges normalized scores (it has
+    an equivalence margin), normalization constants for every env (the table's, or --target/--random)."""
+    if reference not in request.variants:
+        raise SequentialGridError(f"--until-decided judges every variant against {reference}: add it to --variants")
+    if len(request.variants) < 2:
+        raise SequentialGridError(f"--until-decided needs a variant besides {reference} to compare")
+    if design.margin is None:
+        return
+    with normalization.extended(
+        {e: a["target"] for e, a in request.normalization.items() if "target" in a},
+        {e: a["random"] for e, a in request.normalization.items() if "random" in a},
+    ):
+        raw = [env for env in request.envs if not normalization.can_normalize(env)]
+    if raw:
+        raise SequentialGridError(
+            f"--until-decided judges normalized scores: give --target ENV=RETURN --random ENV=RETURN for {', '.join(raw)}"
+        )
 
 
 def dry_run_text(request: grid.GridRequest, design: sequential.SequentialDesign, reference: str) -> str:

@@ -6,6 +6,7 @@ scores, so that what each look decides is known by hand; one test trains tiny re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -229,3 +230,27 @@ def test_the_report_shows_each_comparison_and_when_it_was_decided(tmp_path, monk
     table = (tmp_path / "report/looks.csv").read_text().splitlines()
     assert table[0] == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note"
     assert len(table) == 1 + 3 * 2  # three comparisons, two metrics
+
+
+def test_each_look_is_told_in_one_line(tmp_path, monkeypatch):
+    lines: list[str] = []
+    monkeypatch.setattr(grid, "execute", FakeTraining())
+    sequential_grid.run_until_decided(request(tmp_path), DESIGN, "reference", 1, log=lines.append)
+    judged = [line for line in lines if " judged: " in line]
+    assert judged[0] == (
+        f"look 1 judged: {ENV} critic-first worse (failure) on final_return, auc_return; {ENV} naive-tanh "
+        "equivalent on final_return, auc_return; 2 comparison(s) open"
+    )
+    assert judged[1] == f"look 2 judged: {ENV} joint-update better on final_return, auc_return; 0 comparison(s) open"
+
+
+def test_a_grid_that_cannot_be_judged_look_by_look_is_refused_in_one_line(tmp_path):
+    with pytest.raises(sequential_grid.SequentialGridError, match="add it to --variants"):
+        sequential_grid.check_request(request(tmp_path, variants=("naive-tanh",)), DESIGN, "reference")
+    with pytest.raises(sequential_grid.SequentialGridError, match="needs a variant besides reference"):
+        sequential_grid.check_request(request(tmp_path, variants=("reference",)), DESIGN, "reference")
+    raw = dataclasses.replace(request(tmp_path), envs=["MountainCarContinuous-v0"])
+    with pytest.raises(sequential_grid.SequentialGridError, match="--random ENV=RETURN for MountainCarContinuous-v0"):
+        sequential_grid.check_request(raw, DESIGN, "reference")
+    anchored = dataclasses.replace(raw, normalization={"MountainCarContinuous-v0": {"target": 90.0, "random": -30.0}})
+    sequential_grid.check_request(anchored, DESIGN, "reference")  # --target/--random given: accepted
