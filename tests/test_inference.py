@@ -129,3 +129,38 @@ def test_fisher_failures_equals_scipy() -> None:
     assert inference.fisher_failures(5, 5, 0, 5) == pytest.approx(scipy.stats.fisher_exact([[5, 0], [0, 5]]).pvalue)
     assert inference.fisher_failures(5, 5, 0, 5) == pytest.approx(2 / 252)
     assert inference.fisher_failures(0, 5, 0, 5) == 1.0
+
+
+def test_many_to_one_critical_value_is_dunnetts_on_unpaired_data() -> None:
+    # Unpaired groups with a pooled variance: the max-t law with a shared chi2 is Dunnett's distribution,
+    # so the intervals mean_i - mean_0 +- c se_i match scipy.stats.dunnett's.
+    rng = np.random.default_rng(7)
+    sizes = [6, 5, 7, 6]
+    groups = [rng.normal(loc, 1.0, n) for loc, n in zip([0.0, 0.3, -0.5, 1.5], sizes)]
+    control, treated = groups[0], groups[1:]
+    df = sum(sizes) - len(sizes)
+    pooled = sum(((g - g.mean()) ** 2).sum() for g in groups) / df
+    se = np.array([np.sqrt(pooled * (1 / g.size + 1 / control.size)) for g in treated])
+    # Null correlation through the shared control: 1 / sqrt((1 + n0 / ni)(1 + n0 / nj)).
+    ratio = np.array([control.size / g.size for g in treated])
+    correlation = 1 / np.sqrt(np.outer(1 + ratio, 1 + ratio))
+    np.fill_diagonal(correlation, 1.0)
+    critical = inference.simultaneous_critical(correlation, 0.05, df=df, draws=400_000)
+    expected = scipy.stats.dunnett(*treated, control=control).confidence_interval(0.95)
+    difference = np.array([g.mean() - control.mean() for g in treated])
+    np.testing.assert_allclose(difference - critical * se, expected.low, atol=0.01)
+    np.testing.assert_allclose(difference + critical * se, expected.high, atol=0.01)
+
+
+def test_many_to_one_decisions_are_narrower_than_bonferroni_and_exact_for_one_test() -> None:
+    rng = np.random.default_rng(3)
+    reference = rng.normal(size=8)
+    tests = [inference.paired_test(reference + rng.normal(0.5, 0.5, 8), reference) for _ in range(4)]
+    correlation = np.full((4, 4), 0.5) + 0.5 * np.eye(4)
+    many = inference.decide(tests, correlation=correlation)
+    bonferroni = inference.decide(tests)
+    for a, b in zip(many, bonferroni):
+        assert a.method == inference.MANY_TO_ONE and b.method == inference.BONFERRONI
+        assert b.low < a.low < a.high < b.high and a.p_adjusted <= b.p_adjusted
+    (one,) = inference.decide(tests[:1], correlation=np.eye(1))
+    assert (one.low, one.high) == pytest.approx(tests[0].interval(0.95))

@@ -315,6 +315,7 @@ def plot_paired_differences(
     filename = f"paired_differences_{file_slug(env)}.png"
     _save(fig, out_dir, filename)
     family = int(tested["family_size"].iloc[0])
+    method = str(tested["method"].iloc[0]) if "method" in tested and tested["method"].iloc[0] else "Bonferroni"
     band = (
         f" Green band: the equivalence margin (+-{margin:g} normalized)."
         if units == "normalized" and not np.isnan(margin)
@@ -327,7 +328,7 @@ def plot_paired_differences(
             f"Paired differences: {env}",
             f"Dots: one per seed, the variant's final return minus the reference's run of the same seed (the "
             f"seeds share their environment and evaluation resets). Bar: the mean difference's simultaneous "
-            f"interval (Bonferroni over the report's {family} final-return comparisons, family-wise 95%); "
+            f"interval ({method} over the report's {family} final-return comparisons, family-wise 95%); "
             f"tick: the mean.{band} The verdict is read off the bar: right of 0 better, left worse, inside "
             f"the band equivalent.",
         )

@@ -191,28 +191,75 @@ def seeds_needed(test: Test, target: float, level: float, power: float = POWER, 
     return high
 
 
+BONFERRONI = "Bonferroni"
+MANY_TO_ONE = "many-to-one max-t"
+SIMULTANEOUS_DRAWS = 200_000  # Monte Carlo draws of a max-t critical value: its level to about +-0.0005
+SIMULTANEOUS_SEED = 20_240_601  # their fixed stream, so a rebuilt report gives identical intervals
+
+
 @dataclass(frozen=True)
 class Decision:
     """The verdict of one test within a family of `family_size` tests at family-wise level `alpha`."""
 
     verdict: str
-    low: float  # simultaneous interval of the difference (level 1 - alpha / family_size)
+    low: float  # simultaneous interval of the difference (at the family's per-comparison level)
     high: float
     p_value: float  # unadjusted two-sided
-    p_adjusted: float  # Bonferroni: min(1, family_size * p)
+    p_adjusted: float  # Bonferroni: min(1, family_size * p); many-to-one: P(max |Z| >= this test's |z|)
     mdd: float  # minimum detectable difference at the same level and POWER
     family_size: int
     negligible: bool = False  # the interval lies inside the margin: real (if better/worse) but too small to matter
+    method: str = BONFERRONI
+    level: float = math.nan  # the per-comparison confidence level of the intervals
+
+
+def max_abs_draws(
+    correlation: np.ndarray, df: float | None = None, draws: int = SIMULTANEOUS_DRAWS, seed: int = SIMULTANEOUS_SEED
+) -> np.ndarray:
+    """Sorted draws `(draws,)` of max_v |T_v| for T = Z / sqrt(W / df), Z ~ N(0, `correlation` (m, m)),
+    W ~ chi2(df) shared by all m (Dunnett's multivariate t, exact for a pooled variance estimate);
+    df None: the normal limit. Negative eigenvalues of an estimated correlation are clipped to 0."""
+    corr = np.atleast_2d(np.asarray(correlation, dtype=np.float64))
+    values, vectors = np.linalg.eigh((corr + corr.T) / 2)
+    root = vectors * np.sqrt(np.clip(values, 0.0, None))[None, :]
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((draws, corr.shape[0])) @ root.T
+    if df is not None and math.isfinite(df):
+        z /= np.sqrt(rng.chisquare(df, draws) / df)[:, None]
+    return np.sort(np.abs(z).max(axis=1))
+
+
+def simultaneous_critical(correlation: np.ndarray, alpha: float = ALPHA, df: float | None = None, **kw) -> float:
+    """Two-sided critical value c with P(max_v |T_v| > c) = alpha (`max_abs_draws`): the many-to-one
+    (Dunnett-type) simultaneous intervals mean_v +- c se_v hold together with probability 1 - alpha."""
+    largest = max_abs_draws(correlation, df, **kw)
+    return float(np.quantile(largest, 1 - alpha))
 
 
 def decide(
-    tests: Sequence[Test], alpha: float = ALPHA, margin: float | None = EQUIVALENCE_MARGIN, with_mdd: bool = True
+    tests: Sequence[Test],
+    alpha: float = ALPHA,
+    margin: float | None = EQUIVALENCE_MARGIN,
+    with_mdd: bool = True,
+    correlation: np.ndarray | None = None,
+    draws: int = SIMULTANEOUS_DRAWS,
 ) -> list[Decision]:
     """Verdicts for a family of tests (see the module doc). `margin` None: no equivalence verdicts
     (raw-return tasks, where a margin in normalized units means nothing). `with_mdd=False` leaves the
-    minimum detectable difference NaN (it does not enter the verdict; a null study skips its cost)."""
+    minimum detectable difference NaN (it does not enter the verdict; a null study skips its cost).
+
+    correlation: None, Bonferroni (level 1 - alpha / m); else the `(m, m)` null correlation of the
+    tests' statistics, and many-to-one max-t intervals: the normal-scale critical value c of
+    max |Z| (`simultaneous_critical`) matched to each test's t distribution through its tail, so every
+    interval is the test's t interval at level 1 - 2 Phi(-c); the adjusted p-value is P(max |Z| >= z)
+    for z the normal quantile of the test's own p-value (single-step max-T). draws: of the max-t law.
+    """
     m = len(tests)
-    level = 1 - alpha / max(m, 1)
+    if correlation is None or m <= 1:  # one comparison: either method is its own t interval at 1 - alpha
+        level, method, largest = 1 - alpha / max(m, 1), BONFERRONI if correlation is None else MANY_TO_ONE, None
+    else:
+        largest = max_abs_draws(correlation, draws=draws)
+        level, method = 1 - 2 * float(sps.norm.sf(np.quantile(largest, 1 - alpha))), MANY_TO_ONE
     out = []
     for test in tests:
         low, high = test.interval(level)
@@ -225,9 +272,14 @@ def decide(
         else:
             label = NO_DIFFERENCE
         p = test.p_value()
+        if largest is None:
+            adjusted = min(1.0, m * p)
+        else:
+            z = float(sps.norm.isf(max(p, 1e-300) / 2))
+            adjusted = float(1 - np.searchsorted(largest, z) / largest.size)
         mdd = minimum_detectable_difference(test.se, test.df, level) if with_mdd else math.nan
         negligible = margin is not None and -margin <= low and high <= margin
-        out.append(Decision(label, low, high, p, min(1.0, m * p), mdd, m, negligible))
+        out.append(Decision(label, low, high, p, adjusted, mdd, m, negligible, method, level))
     return out
 
 

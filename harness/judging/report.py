@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -412,6 +413,19 @@ code{background:#f4f4f4;padding:0 0.2em}.lead{font-size:1.05em}
 """
 
 
+def _method_text(verdicts: pd.DataFrame, family: int) -> str:
+    """How a verdict table holds its family: many-to-one max-t or Bonferroni, with the per-comparison level."""
+    methods = set(verdicts["method"].dropna()) - {""} if "method" in verdicts else set()
+    level = float(verdicts["level"].max()) if not verdicts.empty else math.nan
+    if methods == {inference.MANY_TO_ONE} and family > 1:
+        return (
+            "<strong>method:</strong> many-to-one simultaneous t intervals (max-t, Dunnett's construction with the "
+            "comparisons' correlation through the reference's shared runs estimated from the per-seed differences), "
+            f"each at level {level:.4f} (Bonferroni would use 1 - 0.05/{family} = {1 - 0.05 / family:.4f})"
+        )
+    return f"<strong>method:</strong> Bonferroni t intervals at level 1 - 0.05/{max(family, 1)} each"
+
+
 def _verdict_section(
     verdicts: pd.DataFrame,
     runs: pd.DataFrame,
@@ -435,8 +449,8 @@ def _verdict_section(
             else f"<strong>Family:</strong> none yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a "
             "verdict needs; "
         )
-        + f"<strong>method:</strong> Bonferroni t intervals at level "
-        f"1 - 0.05/{max(family, 1)} each; <strong>level:</strong> the chance that any cell of the table says better "
+        + _method_text(final, family)
+        + "; <strong>level:</strong> the chance that any cell of the table says better "
         "or worse when nothing differs is at most 5% (the auc_return verdicts below are a second family at the "
         "same level). <em>better</em> / <em>worse</em>: the interval lies above / below 0; <em>equivalent</em>: "
         f"it lies inside +-{inference.EQUIVALENCE_MARGIN:g} normalized (a difference too small to matter); "

@@ -463,6 +463,7 @@ VERDICT_COLUMNS = (
     "poi_ci_low",
     "poi_ci_high",
     "envs_compared",
+    "method",
 )
 
 
@@ -484,6 +485,9 @@ def paired_differences(
     return {seed: x[seed] - y[seed] for seed in sorted(set(x) & set(y))}
 
 
+VERDICT_METHODS = (inference.MANY_TO_ONE, inference.BONFERRONI)
+
+
 def verdict_table(
     runs: pd.DataFrame,
     reference: str = "reference",
@@ -494,6 +498,8 @@ def verdict_table(
     margin: float = inference.EQUIVALENCE_MARGIN,
     target: float = inference.TARGET_DIFFERENCE,
     effect_sizes: bool = True,
+    method: str = inference.MANY_TO_ONE,
+    draws: int = inference.SIMULTANEOUS_DRAWS,
 ) -> pd.DataFrame:
     """Verdict of every variant but `reference`, per env and pooled over the normalizable envs.
 
@@ -504,135 +510,209 @@ def verdict_table(
     margin). env='all' is the mean over the normalizable envs where both sides have at least
     `min_runs` runs of each env's difference (`inference.pooled_test`); with one such env it is that
     env's comparison, not a second one. Every distinct comparison of the table is one member of the
-    family that `inference.decide` holds at family-wise level `alpha`.
+    family that `inference.decide` holds at family-wise level `alpha`, by `method` (one of
+    `VERDICT_METHODS`): many-to-one max-t intervals over the comparisons' null correlation
+    (`family_correlation`: they share the reference's runs), or Bonferroni.
     A side with fewer than `min_runs` runs gets 'too few runs'; no reference runs: 'no reference'.
     Columns: `VERDICT_COLUMNS` (n_pairs: the seeds compared pairwise, 0 when unpaired; negligible: the
-    interval lies inside the margin, so a better/worse there is real but too small to matter). mdd: the difference detected with 80% power at the family's level;
-    seeds_for_target: the seeds that would detect `target` at that level. poi: P(a variant run beats
-    a reference run) with its bootstrap interval (rliable), an effect size beside the verdict (NaN
-    with `effect_sizes=False`, which skips the bootstraps and the seeds search: the verdicts do not use them).
+    interval lies inside the margin, so a better/worse there is real but too small to matter). mdd: the
+    difference detected with 80% power at the family's level; seeds_for_target: the seeds that would
+    detect `target` at that level. poi: P(a variant run beats a reference run) with its bootstrap
+    interval (rliable), an effect size beside the verdict (NaN with `effect_sizes=False`, which skips
+    the bootstraps and the seeds search: the verdicts do not use them). method: how the family is held.
     """
+    if method not in VERDICT_METHODS:
+        raise ValueError(f"unknown verdict method {method!r} (known: {', '.join(VERDICT_METHODS)})")
     counted = counted_runs(runs)
-    envs = env_order(runs["env"].tolist())
-    variants = [v for v in variant_order(runs["variant"].tolist()) if v != reference]
     has_reference = bool((counted["variant"] == reference).any())
     cells: list[dict] = []  # one per row, in order; "test" set where a comparison is made
-    for variant in variants:
-        compared: list[tuple[str, inference.Test]] = []
-        for env in envs:
+    for variant in [v for v in variant_order(runs["variant"].tolist()) if v != reference]:
+        mine = []
+        for env in env_order(runs["env"].tolist()):
             if runs[(runs["variant"] == variant) & (runs["env"] == env)].empty:
                 continue  # this variant was not run on this env: no row rather than a misleading one
-            normalize = normalization.can_normalize(env)
-            x = _seed_scores(counted, env, variant, metric, normalize)
-            y = _seed_scores(counted, env, reference, metric, normalize)
-            row = {
-                "env": env,
-                "variant": variant,
-                "n_runs": len(x),
-                "n_reference_runs": len(y),
-                "units": "normalized" if normalize else "return",
-                "envs_compared": env,
-            }
-            if not has_reference or not y:
-                row["verdict"] = NO_REFERENCE
-            elif min(len(x), len(y)) < min_runs:
-                row["verdict"] = TOO_FEW_RUNS
-            else:
-                row["test"] = inference.compare_by_seed(x, y)
-                if effect_sizes:
-                    row["poi"] = _poi(x, y, reps, stable_seed("poi", env, variant, reference, metric))
-                if normalize:
-                    compared.append((env, row["test"]))
-            cells.append(row)
-        pooled = {
-            "env": ALL_ENVS,
-            "variant": variant,
-            "units": "normalized",
-            "envs_compared": ";".join(e for e, _ in compared),
-        }
-        pooled["n_runs"] = sum(r["n_runs"] for r in cells if r["variant"] == variant and r["env"] in dict(compared))
-        pooled["n_reference_runs"] = sum(
-            r["n_reference_runs"] for r in cells if r["variant"] == variant and r["env"] in dict(compared)
-        )
-        if not has_reference:
-            pooled["verdict"] = NO_REFERENCE
-        elif not compared:
-            pooled["verdict"] = TOO_FEW_RUNS
-        else:
-            pooled["test"] = inference.pooled_test([t for _, t in compared])
-            pooled["alias"] = len(compared) == 1  # the same comparison as its env's row
-            both = score_dict(counted, metric, [e for e, _ in compared])
-            pooled["poi"] = (
-                None
-                if not effect_sizes
-                else probability_of_improvement(
-                    both[variant],
-                    both[reference],
-                    reps,
-                    stable_seed("poi", ALL_ENVS, *(e for e, _ in compared), variant, reference, metric),
-                )
-            )
-        cells.append(pooled)
-
+            mine.append(_env_cell(counted, env, variant, reference, metric, min_runs, has_reference))
+            if effect_sizes and "test" in mine[-1]:
+                x, y = mine[-1]["x"], mine[-1]["y"]
+                mine[-1]["poi"] = _poi(x, y, reps, stable_seed("poi", env, variant, reference, metric))
+        cells += [*mine, _pooled_cell(counted, mine, variant, reference, metric, has_reference, effect_sizes, reps)]
     family = [r for r in cells if "test" in r and not r.get("alias")]
-    decisions = inference.decide([r["test"] for r in family], alpha, margin, with_mdd=effect_sizes)
-    by_test = {id(r["test"]): d for r, d in zip(family, decisions)}
-    level = inference.family_level(len(family), alpha)
-    rows = []
-    for r in cells:
-        test = r.get("test")
-        decision = by_test.get(id(test)) if test is not None else None
-        poi = r.get("poi")
-        seeds = None
-        if decision is not None and effect_sizes and r["units"] == "normalized":
-            seeds = inference.seeds_needed(test, target, level)
-        rows.append(
-            {
-                "env": r["env"],
-                "variant": r["variant"],
-                "reference": reference,
-                "metric": metric,
-                "units": r["units"],
-                "verdict": decision.verdict if decision else r["verdict"],
-                "difference": test.difference if test else math.nan,
-                "ci_low": decision.low if decision else math.nan,
-                "ci_high": decision.high if decision else math.nan,
-                "p_value": decision.p_value if decision else math.nan,
-                "p_adjusted": decision.p_adjusted if decision else math.nan,
-                "mdd": decision.mdd if decision else math.nan,
-                "seeds_for_target": math.nan if seeds is None else seeds,
-                "paired": bool(test.paired) if test else False,
-                "n_pairs": test.n_x if test is not None and test.paired else 0,
-                "n_runs": r["n_runs"],
-                "n_reference_runs": r["n_reference_runs"],
-                "negligible": bool(decision.negligible) if decision else False,
-                "family_size": len(family),
-                "level": level,
-                "margin": margin if r["units"] == "normalized" else math.nan,
-                "poi": poi.estimate if poi else math.nan,
-                "poi_ci_low": poi.low if poi else math.nan,
-                "poi_ci_high": poi.high if poi else math.nan,
-                "envs_compared": r["envs_compared"],
-            }
-        )
-    frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
-    return frame.astype(
-        {
-            "difference": "float64",
-            "ci_low": "float64",
-            "ci_high": "float64",
-            "p_value": "float64",
-            "p_adjusted": "float64",
-            "mdd": "float64",
-            "seeds_for_target": "float64",
-            "poi": "float64",
-            "poi_ci_low": "float64",
-            "poi_ci_high": "float64",
-            "n_runs": "int64",
-            "n_reference_runs": "int64",
-            "margin": "float64",
-        }
+    correlation = family_correlation(family) if method == inference.MANY_TO_ONE else None
+    decisions = inference.decide(
+        [r["test"] for r in family], alpha, margin, with_mdd=effect_sizes, correlation=correlation, draws=draws
     )
+    by_test = {id(r["test"]): d for r, d in zip(family, decisions)}
+    level = decisions[0].level if decisions else inference.family_level(0, alpha)
+    rows = [
+        _verdict_row(
+            r, by_test.get(id(r.get("test"))), reference, metric, margin, len(family), level, target, effect_sizes
+        )
+        for r in cells
+    ]
+    frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+    floats = ["difference", "ci_low", "ci_high", "p_value", "p_adjusted", "mdd", "seeds_for_target", "poi"]
+    types = {c: "float64" for c in [*floats, "poi_ci_low", "poi_ci_high", "margin"]}
+    return frame.astype({**types, "n_runs": "int64", "n_reference_runs": "int64"})
+
+
+def _env_cell(
+    counted: pd.DataFrame, env: str, variant: str, reference: str, metric: str, min_runs: int, has_reference: bool
+) -> dict:
+    """One env's row of a verdict table before the family is decided: its scores `x`, `y` (`{seed: score}`)
+    and, where both sides have `min_runs` runs, its `test`; else its verdict."""
+    normalize = normalization.can_normalize(env)
+    x = _seed_scores(counted, env, variant, metric, normalize)
+    y = _seed_scores(counted, env, reference, metric, normalize)
+    row = {
+        "env": env,
+        "variant": variant,
+        "n_runs": len(x),
+        "n_reference_runs": len(y),
+        "units": "normalized" if normalize else "return",
+        "envs_compared": env,
+        "x": x,
+        "y": y,
+    }
+    if not has_reference or not y:
+        row["verdict"] = NO_REFERENCE
+    elif min(len(x), len(y)) < min_runs:
+        row["verdict"] = TOO_FEW_RUNS
+    else:
+        row["test"] = inference.compare_by_seed(x, y)
+    return row
+
+
+def _pooled_cell(
+    counted: pd.DataFrame,
+    env_cells: Sequence[dict],
+    variant: str,
+    reference: str,
+    metric: str,
+    has_reference: bool,
+    effect_sizes: bool,
+    reps: int,
+) -> dict:
+    """The env='all' row of one variant: the mean of its normalized env comparisons (`env_cells`)."""
+    compared = [r for r in env_cells if "test" in r and r["units"] == "normalized"]
+    envs = [r["env"] for r in compared]
+    pooled = {
+        "env": ALL_ENVS,
+        "variant": variant,
+        "units": "normalized",
+        "envs_compared": ";".join(envs),
+        "n_runs": sum(r["n_runs"] for r in compared),
+        "n_reference_runs": sum(r["n_reference_runs"] for r in compared),
+        "parts": compared,
+    }
+    if not has_reference:
+        pooled["verdict"] = NO_REFERENCE
+    elif not compared:
+        pooled["verdict"] = TOO_FEW_RUNS
+    else:
+        pooled["test"] = inference.pooled_test([r["test"] for r in compared])
+        pooled["alias"] = len(compared) == 1  # the same comparison as its env's row
+        if effect_sizes:
+            both = score_dict(counted, metric, envs)
+            seed = stable_seed("poi", ALL_ENVS, *envs, variant, reference, metric)
+            pooled["poi"] = probability_of_improvement(both[variant], both[reference], reps, seed)
+    return pooled
+
+
+def family_correlation(family: Sequence[dict]) -> np.ndarray:
+    """The null correlation `(m, m)` of a verdict family's statistics (difference / se).
+
+    family: cells with a `test`; an env cell carries its scores `x`, `y` (`{seed: score}`), a pooled
+    cell the env cells it averages (`parts`). Env comparisons of different envs are independent; of one
+    env they share the reference's runs: both paired, cov(mean d_v, mean d_w) = n_c / (n_v n_w) times
+    the covariance of the per-seed differences over their n_c common seeds (0 below 3 of them); both
+    unpaired, the variance of the reference's mean; mixed, 0 (the conservative side of a positive
+    correlation). A pooled cell is the mean of its parts, its covariances the matching averages.
+    """
+    units = []  # env cells, each once
+    for cell in family:
+        for part in cell.get("parts", [cell]):
+            if all(part is not u for u in units):
+                units.append(part)
+    cov = np.zeros((len(units), len(units)))
+    for i, a in enumerate(units):
+        for j, b in enumerate(units[: i + 1]):
+            cov[i, j] = cov[j, i] = a["test"].se ** 2 if i == j else _shared_covariance(a, b)
+    index = {id(u): k for k, u in enumerate(units)}
+    weights = np.zeros((len(family), len(units)))  # each statistic as an average of env cells
+    for row, cell in enumerate(family):
+        parts = cell.get("parts", [cell])
+        weights[row, [index[id(p)] for p in parts]] = 1 / len(parts)
+    covariance = weights @ cov @ weights.T
+    scale = np.sqrt(np.diag(covariance))
+    ok = scale > 0
+    out = np.eye(len(family))
+    out[np.ix_(ok, ok)] = covariance[np.ix_(ok, ok)] / np.outer(scale[ok], scale[ok])
+    np.fill_diagonal(out, 1.0)
+    return np.clip(out, -1.0, 1.0)
+
+
+def _shared_covariance(a: dict, b: dict) -> float:
+    """cov of two env cells' differences through the reference runs they share (`family_correlation`)."""
+    if a["env"] != b["env"] or a["test"].paired != b["test"].paired:
+        return 0.0
+    y = a["y"]
+    if not a["test"].paired:
+        values = np.array(list(y.values()), dtype=np.float64)
+        return float(np.var(values, ddof=1) / values.size)
+    common = sorted(set(a["x"]) & set(b["x"]) & set(y))
+    if len(common) < 3:
+        return 0.0
+    da = np.array([a["x"][s] - y[s] for s in common])
+    db = np.array([b["x"][s] - y[s] for s in common])
+    n_a, n_b = a["test"].n_x, b["test"].n_x
+    return float(len(common) / (n_a * n_b) * np.cov(da, db, ddof=1)[0, 1])
+
+
+def _verdict_row(
+    cell: dict,
+    decision: inference.Decision | None,
+    reference: str,
+    metric: str,
+    margin: float,
+    family_size: int,
+    level: float,
+    target: float,
+    effect_sizes: bool,
+) -> dict:
+    """One row of `VERDICT_COLUMNS` from a cell and its decision (None: not a member of the family)."""
+    test, poi = cell.get("test"), cell.get("poi")
+    # An 'all' row over one env holds that env's Test object, and so reads that env's decision.
+    seeds = None
+    if decision is not None and effect_sizes and cell["units"] == "normalized":
+        seeds = inference.seeds_needed(test, target, level)
+    return {
+        "env": cell["env"],
+        "variant": cell["variant"],
+        "reference": reference,
+        "metric": metric,
+        "units": cell["units"],
+        "verdict": decision.verdict if decision else cell["verdict"],
+        "difference": test.difference if test else math.nan,
+        "ci_low": decision.low if decision else math.nan,
+        "ci_high": decision.high if decision else math.nan,
+        "p_value": decision.p_value if decision else math.nan,
+        "p_adjusted": decision.p_adjusted if decision else math.nan,
+        "mdd": decision.mdd if decision else math.nan,
+        "seeds_for_target": math.nan if seeds is None else seeds,
+        "paired": bool(test.paired) if test else False,
+        "n_pairs": test.n_x if test is not None and test.paired else 0,
+        "n_runs": cell["n_runs"],
+        "n_reference_runs": cell["n_reference_runs"],
+        "negligible": bool(decision.negligible) if decision else False,
+        "family_size": family_size,
+        "level": level,
+        "margin": margin if cell["units"] == "normalized" else math.nan,
+        "poi": poi.estimate if poi else math.nan,
+        "poi_ci_low": poi.low if poi else math.nan,
+        "poi_ci_high": poi.high if poi else math.nan,
+        "envs_compared": cell["envs_compared"],
+        "method": decision.method if decision else "",
+    }
 
 
 def _poi(x: Mapping[int, float], y: Mapping[int, float], reps: int, seed: int) -> Interval:
