@@ -29,6 +29,20 @@ RUNS_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return",
 STATES = ("complete", "failed", "diverged")
 
 
+def runs_row(env_id: str, variant: str, seed: int, status: dict) -> dict:
+    """One runs.csv row (`RUNS_COLUMNS`) of a run from its status.json contents: the one place it is built."""
+    return {
+        "env": env_id,
+        "variant": variant,
+        "seed": seed,
+        "state": status.get("state"),
+        "final_return": status.get("final_return"),
+        "auc_return": status.get("auc_return"),
+        "env_steps": status.get("env_steps"),
+        "wall_s": status.get("wall_s"),
+    }
+
+
 def run_dir(out: Path, env_id: str, variant: str, seed: int) -> Path:
     return Path(out) / "runs" / env_id / variant / f"seed_{seed}"
 

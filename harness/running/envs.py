@@ -169,16 +169,56 @@ def env_info(env: EnvRef | str) -> EnvInfo:
         made.close()
 
 
-def make_vector_env(env: EnvRef | str, num_envs: int) -> gym.vector.VectorEnv:
-    """A synchronous gymnasium vector env that autoresets in the same step (used for evaluation)."""
+class Guarded(gym.Wrapper):
+    """An env whose first exception in `reset` or `step` is kept (`error`, one line) instead of raised;
+    from then on it repeats its last observation with reward 0 and ends every step. Healthy, it passes
+    every call through unchanged. One member's failing evaluation env thus ends that member alone."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.error: str | None = None
+        self._last = np.zeros(env.observation_space.shape, dtype=env.observation_space.dtype)
+
+    def reset(self, **kwargs):
+        if self.error is None:
+            try:
+                obs, info = self.env.reset(**kwargs)
+                self._last = obs
+                return obs, info
+            except Exception as exc:  # the env's own failure, recorded for its member
+                self.error = _one_line(exc)
+        return self._last, {}
+
+    def step(self, action):
+        if self.error is None:
+            try:
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                self._last = obs
+                return obs, reward, terminated, truncated, info
+            except Exception as exc:
+                self.error = _one_line(exc)
+        return self._last, 0.0, True, False, {}
+
+
+def make_vector_env(env: EnvRef | str, num_envs: int, guarded: bool = False) -> gym.vector.VectorEnv:
+    """A synchronous gymnasium vector env that autoresets in the same step (used for evaluation);
+    with `guarded`, each env is `Guarded` (see `eval_errors`)."""
     ref = as_ref(env)
     return gym.make_vec(
         ref.gym_id(),
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=[Guarded] if guarded else None,
         **ref.kwargs,
     )
+
+
+def eval_errors(vector_env: gym.vector.VectorEnv, members: int, episodes: int) -> list[str | None]:
+    """Per member, the first error of its `episodes` guarded evaluation envs (member-major), or None."""
+    errors = [getattr(e, "error", None) for e in getattr(vector_env, "envs", [])]
+    errors += [None] * (members * episodes - len(errors))
+    return [next((e for e in errors[k * episodes : (k + 1) * episodes] if e), None) for k in range(members)]
 
 
 class LockstepEnvs:
@@ -197,29 +237,55 @@ class LockstepEnvs:
         self._reset_seed: list[int | None] = [None] * num_envs
         self._reset_rng: list[dict | None] = [None] * num_envs
         self._actions: list[list[np.ndarray]] = [[] for _ in range(num_envs)]
+        # env i's first exception (one line), after which it is stepped no more: its member has failed
+        self.errors: list[str | None] = [None] * num_envs
+        self._last = [np.zeros(e.observation_space.shape, dtype=e.observation_space.dtype) for e in self.envs]
 
     def reset(self, seeds: list[int]) -> np.ndarray:
         """Reset env i with seeds[i]; returns observations (S, O)."""
         obs = []
-        for i, (env, seed) in enumerate(zip(self.envs, seeds)):
+        for i, seed in enumerate(seeds):
             self._reset_seed[i], self._reset_rng[i], self._actions[i] = int(seed), None, []
-            obs.append(env.reset(seed=int(seed))[0])
+            obs.append(self._reset_one(i, seed=int(seed)))
         return np.stack(obs)
+
+    def _reset_one(self, i: int, **kwargs) -> np.ndarray:
+        """Env i's first observation after `reset(**kwargs)`; where the reset raises, env i's error is
+        recorded and its last observation repeated (the other envs go on)."""
+        try:
+            self._last[i] = self.envs[i].reset(**kwargs)[0]
+        except Exception as exc:  # the env's own failure ends its member alone
+            self.errors[i] = _one_line(exc)
+        return self._last[i]
+
+    def _step_one(self, i: int, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool]:
+        env = self.envs[i]
+        try:
+            obs, reward, terminated, truncated, _ = env.step(action)
+        except Exception as exc:  # the env's own failure ends its member alone
+            self.errors[i] = _one_line(exc)
+            return self._last[i], 0.0, False, False
+        self._last[i] = obs
+        return obs, reward, terminated, truncated
 
     def step(self, actions: np.ndarray):
         """Step every env. Returns (next_obs, reward, terminated, truncated, final_obs), each stacked
         over envs; next_obs is a new episode's first observation where one ended, final_obs the
-        observation the ended episode reached (equal to next_obs elsewhere)."""
+        observation the ended episode reached (equal to next_obs elsewhere). An env that has raised
+        (`errors`) is not stepped: it repeats its last observation with reward 0."""
         out_obs, final_obs, rewards, terms, truncs = [], [], [], [], []
         for i, (env, action) in enumerate(zip(self.envs, actions)):
-            obs, reward, terminated, truncated, _ = env.step(action)
-            self._actions[i].append(np.array(action, dtype=np.float32))
+            if self.errors[i] is not None:
+                obs, reward, terminated, truncated = self._last[i], 0.0, False, False
+            else:
+                obs, reward, terminated, truncated = self._step_one(i, action)
+                self._actions[i].append(np.array(action, dtype=np.float32))
             final_obs.append(obs)
-            if terminated or truncated:
+            if (terminated or truncated) and self.errors[i] is None:
                 self._reset_seed[i] = None
                 self._reset_rng[i] = copy.deepcopy(env.unwrapped.np_random.bit_generator.state)
                 self._actions[i] = []
-                obs, _ = env.reset()
+                obs = self._reset_one(i)
             out_obs.append(obs)
             rewards.append(reward)
             terms.append(terminated)
@@ -239,12 +305,17 @@ class LockstepEnvs:
             "reset_seed": list(self._reset_seed),
             "reset_rng": copy.deepcopy(self._reset_rng),
             "actions": [torch.as_tensor(np.array(a, dtype=np.float32)) for a in self._actions],
+            "errors": list(self.errors),
         }
 
     def load_state_dict(self, state: dict) -> np.ndarray:
         """Restore every env by replaying its episode so far; returns the current observations."""
         obs = []
+        self.errors = list(state.get("errors") or [None] * len(self.envs))
         for i, env in enumerate(self.envs):
+            if self.errors[i] is not None:  # its member has failed: nothing of it to replay
+                obs.append(self._last[i])
+                continue
             seed, rng = state["reset_seed"][i], state["reset_rng"][i]
             if seed is not None:
                 o, _ = env.reset(seed=int(seed))

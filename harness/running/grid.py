@@ -589,18 +589,7 @@ def collect_runs(out: Path) -> list[dict]:
             continue
         status = records.read_json(path / "status.json")
         env_id, variant, seed = path.parts[-3], path.parts[-2], int(path.name.removeprefix("seed_"))
-        rows.append(
-            {
-                "env": env_id,
-                "variant": variant,
-                "seed": seed,
-                "state": state,
-                "final_return": status.get("final_return"),
-                "auc_return": status.get("auc_return"),
-                "env_steps": status.get("env_steps"),
-                "wall_s": status.get("wall_s"),
-            }
-        )
+        rows.append(records.runs_row(env_id, variant, seed, status))
     return rows
 
 

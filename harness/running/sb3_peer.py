@@ -292,16 +292,7 @@ def _train_run(job: Job, on_progress: Callable[[int], None], should_stop: Callab
         on_progress(member.env_steps - protocol.reported)
     member.write_curves()
     status = member.write_status(time.perf_counter() - start)
-    return {
-        "env": job.env_id,
-        "variant": job.variant,
-        "seed": seed,
-        "state": status["state"],
-        "final_return": status["final_return"],
-        "auc_return": status["auc_return"],
-        "env_steps": status["env_steps"],
-        "wall_s": status["wall_s"],
-    }
+    return records.runs_row(job.env_id, job.variant, seed, status)
 
 
 def updates_made(model: SAC) -> int:

@@ -7,6 +7,7 @@ update per environment step, evaluate 20 times. Everything the run produces is w
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from variants.rewards import transform_reward
 from variants.spec import VariantSpec
 
 from .. import records
-from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, make_vector_env
+from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, eval_errors, make_vector_env
 from .policy import save_final_policy
 from .profiles import Budget
 from .tensorboard_log import ScalarLog
@@ -245,6 +246,154 @@ def checkpoint_steps(budget: Budget) -> set[int]:
     return {round(i * budget.total_steps / 10) for i in range(1, 10)} - {0}
 
 
+def checkpoint_previous(path: Path) -> Path:
+    """Where the checkpoint before `path`'s current one is kept until the next one is complete."""
+    return path.with_name(path.name + ".prev")
+
+
+def set_history_aside(members: list[MemberRecord], when: str) -> list[Path]:
+    """Rename each member's curves to `<name>.corrupt-<when>` (kept, never deleted); returns the new paths."""
+    kept = []
+    for m in members:
+        for name in ("eval.csv", "train.csv", "diagnostics.csv"):
+            if (m.path / name).exists():
+                aside = m.path / f"{name}.corrupt-{when}"
+                (m.path / name).replace(aside)
+                kept.append(aside)
+    return kept
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # a worker's stderr is the grid's terminal or log
+
+
+class Training:
+    """One job's learner, buffer, environments and loop counters: started fresh or resumed from the
+    job's checkpoint (or the one before it, when the newest cannot be read)."""
+
+    def __init__(self, job: Job, info: EnvInfo, members: list[MemberRecord], envs: LockstepEnvs, started: float):
+        self.job, self.info, self.members, self.envs, self.started = job, info, members, envs, started
+        self.ckpt = checkpoint_path(job)
+        self.identities = [identity(job.run_config(seed)) for seed in job.seeds]
+        self.step, self.elapsed_before = 0, 0.0
+        self.reported = 0  # the env step up to which progress has been reported
+        self._build()
+
+    def _build(self) -> None:
+        job, info, s = self.job, self.info, len(self.job.seeds)
+        device = torch.device(job.device)
+        self.learner = SACLearner(job.spec, info.obs_dim, info.act_dim, info.action_scale, job.seeds, device)
+        capacity = min(job.spec.buffer_size, job.budget.total_steps)
+        self.buffer = ReplayBuffer(s, capacity, info.obs_dim, info.act_dim, device)
+        self.ep_return, self.ep_len = np.zeros(s), np.zeros(s, dtype=np.int64)
+
+    def start(self) -> None:
+        """Resume from the newest readable checkpoint of this configuration, else reset to step 0.
+
+        A checkpoint file that exists but cannot be read (truncated, corrupt) never costs the run's
+        history: the one before it is tried, and where none can be read the run restarts from step 0
+        with its curves so far kept aside as `<name>.corrupt-<time>`, and says so.
+        """
+        unreadable = []
+        for path in (self.ckpt, checkpoint_previous(self.ckpt)):
+            if not path.exists():
+                continue
+            try:
+                state = torch.load(path, weights_only=True, map_location=torch.device(self.job.device))
+                if state.get("identities") != self.identities:
+                    continue  # another configuration's: not this run's history
+                self._restore(state)
+                return
+            except Exception as exc:  # a damaged file: torch's unpickling, or a restore from bad tensors
+                unreadable.append(f"{path.name} ({type(exc).__name__})")
+                self._build()  # a restore that failed half way leaves nothing behind
+        if unreadable:
+            when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            kept = set_history_aside(self.members, when)
+            _say(
+                f"{self.job.key}: checkpoint unreadable ({', '.join(unreadable)}); restarting from env step 0"
+                + (f", its history so far kept as *.corrupt-{when} ({len(kept)} files)" if kept else "")
+            )
+            for m in self.members:
+                m.restore(MemberRecord(m.seed, m.path).snapshot())
+        self.obs = self.envs.reset(list(self.job.seeds))
+
+    def _restore(self, state: dict) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.obs = self.envs.load_state_dict(state["envs"])
+        self.step, self.elapsed_before = int(state["step"]), float(state["elapsed"])
+        self.ep_return, self.ep_len = state["ep_return"].numpy().copy(), state["ep_len"].numpy().copy()
+        for m, saved in zip(self.members, state["members"]):
+            m.restore(saved)
+        self.reported = self.step
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint; the one it replaces stays as `.prev` until this one is complete."""
+        if self.ckpt.exists():
+            self.ckpt.replace(checkpoint_previous(self.ckpt))
+        records.save_torch(
+            self.ckpt,
+            {
+                "identities": self.identities,
+                "step": self.step,
+                "elapsed": self.elapsed(),
+                "learner": self.learner.state_dict(),
+                "buffer": self.buffer.state_dict(),
+                "envs": self.envs.state_dict(),
+                "ep_return": torch.as_tensor(self.ep_return),
+                "ep_len": torch.as_tensor(self.ep_len),
+                "members": [m.snapshot() for m in self.members],
+            },
+        )
+
+    def remove_checkpoints(self) -> None:
+        self.ckpt.unlink(missing_ok=True)
+        checkpoint_previous(self.ckpt).unlink(missing_ok=True)
+
+    def advance(self) -> None:
+        """One env step of every member, its transitions stored, and one update when due."""
+        spec, info, members = self.job.spec, self.info, self.members
+        if self.step < spec.learning_starts:
+            action = self.learner.random_actions()
+        else:
+            action = self.learner.act(self.obs[:, None, :], deterministic=False)[:, 0, :]
+        to_env = env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
+        to_env[[not m.active for m in members]] = 0.0  # a diverged member's NaNs stay out of its env
+        next_obs, reward, terminated, truncated, final_obs = self.envs.step(to_env)
+        for m, error in zip(members, self.envs.errors):
+            if error is not None and m.active:  # its environment failed: this member ends, the others go on
+                m.stop("failed", f"environment error: {error}", self.step)
+        done = store_transition(
+            self.buffer, spec, self.job.environment.entry, self.obs, action, reward, final_obs, terminated, truncated
+        )
+        self.obs = next_obs
+        self.step += 1
+        self.ep_return += reward
+        self.ep_len += 1
+        for i in np.flatnonzero(done):
+            if members[i].active:
+                members[i].train_rows.append((self.step, float(self.ep_return[i]), int(self.ep_len[i])))
+            self.ep_return[i], self.ep_len[i] = 0.0, 0
+        if self.step > spec.learning_starts and self.buffer.size >= spec.batch_size:
+            self.learner.update(self.buffer.sample(spec.batch_size, self.learner.generators))
+
+    def record_evaluation(self, eval_env) -> None:
+        """Evaluate every member; a member whose evaluation environment failed ends there."""
+        returns = evaluate(self.learner, eval_env, self.info, self.job.seeds, self.job.budget.eval_episodes)
+        errors = eval_errors(eval_env, len(self.members), self.job.budget.eval_episodes)
+        for m, r, error in zip(self.members, returns, errors):
+            if error is not None and m.active:
+                m.stop("failed", f"evaluation environment error: {error}", self.step)
+            if m.active:
+                m.eval_rows.append((self.step, float(r.mean()), float(r.std()), int(r.size)))
+                m.env_steps = self.step
+                m.write_curves()
+
+
 def train_job(
     job: Job,
     on_progress: Callable[[int], None] | None = None,
@@ -256,96 +405,19 @@ def train_job(
     when `should_stop()` turns true the job writes a checkpoint and raises `Interrupted`.
     """
     start = time.perf_counter()
-    torch_device = torch.device(job.device)
     info = env_info(job.environment)
-    spec, budget, s = job.spec, job.budget, len(job.seeds)
     members = [MemberRecord(seed, records.run_dir(Path(job.out), job.env_id, job.variant, seed)) for seed in job.seeds]
     for m in members:
         records.write_json(m.path / "config.json", job.run_config(m.seed))
-
-    envs = LockstepEnvs(job.environment, s)
-    eval_env = make_vector_env(job.environment, s * budget.eval_episodes)
-    ckpt = checkpoint_path(job)
-    step, elapsed_before, reported = 0, 0.0, 0
-    scalars: ScalarLog | None = None
+    envs = LockstepEnvs(job.environment, len(job.seeds))
+    eval_env = make_vector_env(job.environment, len(job.seeds) * job.budget.eval_episodes, guarded=True)
+    run: Training | None = None
+    scalars = None
     try:
-        learner = SACLearner(spec, info.obs_dim, info.act_dim, info.action_scale, job.seeds, torch_device)
-        buffer = ReplayBuffer(s, min(spec.buffer_size, budget.total_steps), info.obs_dim, info.act_dim, torch_device)
-        ep_return, ep_len = np.zeros(s), np.zeros(s, dtype=np.int64)
-        identities = [identity(job.run_config(seed)) for seed in job.seeds]
-        state = torch.load(ckpt, weights_only=True, map_location=torch_device) if ckpt.exists() else None
-        if state is not None and state.get("identities") == identities:
-            learner.load_state_dict(state["learner"])
-            buffer.load_state_dict(state["buffer"])
-            obs = envs.load_state_dict(state["envs"])
-            step, elapsed_before = int(state["step"]), float(state["elapsed"])
-            ep_return, ep_len = state["ep_return"].numpy().copy(), state["ep_len"].numpy().copy()
-            for m, saved in zip(members, state["members"]):
-                m.restore(saved)
-        else:
-            obs = envs.reset(list(job.seeds))
-        reported = step
-        eval_steps, save_steps = set(budget.eval_steps()), checkpoint_steps(budget)
-        scalars = ScalarLog(members, step) if job.tensorboard else None
-
-        def save_checkpoint() -> None:
-            records.save_torch(
-                ckpt,
-                {
-                    "identities": identities,
-                    "step": step,
-                    "elapsed": elapsed_before + time.perf_counter() - start,
-                    "learner": learner.state_dict(),
-                    "buffer": buffer.state_dict(),
-                    "envs": envs.state_dict(),
-                    "ep_return": torch.as_tensor(ep_return),
-                    "ep_len": torch.as_tensor(ep_len),
-                    "members": [m.snapshot() for m in members],
-                },
-            )
-
-        while step < budget.total_steps:
-            if should_stop():
-                save_checkpoint()
-                raise Interrupted(f"{job.key} stopped at env step {step}; a rerun resumes it there from its checkpoint")
-            if step < spec.learning_starts:
-                action = learner.random_actions()
-            else:
-                action = learner.act(obs[:, None, :], deterministic=False)[:, 0, :]
-            to_env = env_action(action, info.low, info.high, spec.action_rescale, deterministic=False)
-            to_env[[not m.active for m in members]] = 0.0  # a diverged member's NaNs stay out of its env
-            next_obs, reward, terminated, truncated, final_obs = envs.step(to_env)
-            done = store_transition(
-                buffer, spec, job.environment.entry, obs, action, reward, final_obs, terminated, truncated
-            )
-            obs = next_obs
-            step += 1
-            ep_return += reward
-            ep_len += 1
-            for i in np.flatnonzero(done):
-                if members[i].active:
-                    members[i].train_rows.append((step, float(ep_return[i]), int(ep_len[i])))
-                ep_return[i], ep_len[i] = 0.0, 0
-            if step > spec.learning_starts and buffer.size >= spec.batch_size:
-                learner.update(buffer.sample(spec.batch_size, learner.generators))
-            if step % budget.diag_every == 0 or step == budget.total_steps:
-                _record_diagnostics(learner, members, step)
-            if step in eval_steps:
-                returns = evaluate(learner, eval_env, info, job.seeds, budget.eval_episodes)
-                for m, r in zip(members, returns):
-                    if m.active:
-                        m.eval_rows.append((step, float(r.mean()), float(r.std()), int(r.size)))
-                        m.env_steps = step
-                        m.write_curves()
-                if scalars is not None:
-                    scalars.flush(members)
-            if not any(m.active for m in members):
-                break
-            if step in save_steps:
-                save_checkpoint()
-            if on_progress is not None and step - reported >= PROGRESS_EVERY:
-                on_progress(step - reported)
-                reported = step
+        run = Training(job, info, members, envs, start)
+        run.start()
+        scalars = ScalarLog(members, run.step) if job.tensorboard else None
+        _loop(run, eval_env, scalars, on_progress, should_stop)
     except (Interrupted, records.WriteError):
         raise
     except Exception as exc:  # the run is recorded as failed and the grid goes on
@@ -353,35 +425,65 @@ def train_job(
         detail = traceback.format_exc(limit=3)
         for m in members:
             if m.active:
-                m.stop("failed", f"{text}\n{detail}", step)
+                m.stop("failed", f"{text}\n{detail}", run.step if run is not None else 0)
     finally:
         envs.close()
         eval_env.close()
         if scalars is not None:
             scalars.close(members)
-    if on_progress is not None and step > reported:
-        on_progress(step - reported)
-    wall = elapsed_before + time.perf_counter() - start
+    if on_progress is not None and run is not None and run.step > run.reported:
+        on_progress(run.step - run.reported)
+    rows = _finish(run, members, info, job, run.elapsed() if run is not None else time.perf_counter() - start)
+    if run is not None:
+        run.remove_checkpoints()
+    else:
+        checkpoint_path(job).unlink(missing_ok=True)
+    return rows
+
+
+def _loop(
+    run: Training,
+    eval_env,
+    scalars: ScalarLog | None,
+    on_progress: Callable[[int], None] | None,
+    should_stop: Callable[[], bool],
+) -> None:
+    """Train `run` to its budget, or until no member is active."""
+    budget, members = run.job.budget, run.members
+    eval_steps, save_steps = set(budget.eval_steps()), checkpoint_steps(budget)
+    while run.step < budget.total_steps:
+        if should_stop():
+            run.save_checkpoint()
+            raise Interrupted(
+                f"{run.job.key} stopped at env step {run.step}; a rerun resumes it there from its checkpoint"
+            )
+        run.advance()
+        step = run.step
+        if step % budget.diag_every == 0 or step == budget.total_steps:
+            _record_diagnostics(run.learner, members, step)
+        if step in eval_steps:
+            run.record_evaluation(eval_env)
+            if scalars is not None:
+                scalars.flush(members)
+        if not any(m.active for m in members):
+            break
+        if step in save_steps:
+            run.save_checkpoint()
+        if on_progress is not None and step - run.reported >= PROGRESS_EVERY:
+            on_progress(step - run.reported)
+            run.reported = step
+
+
+def _finish(run: Training | None, members: list[MemberRecord], info: EnvInfo, job: Job, wall: float) -> list[dict]:
+    """Write every member's final records (policy, curves, status.json); returns the runs.csv rows."""
     rows = []
     for i, m in enumerate(members):
-        if m.active:
-            m.env_steps = step
-            save_final_policy(m.path, learner, i, info, job.run_config(m.seed), step)
+        if m.active and run is not None:
+            m.env_steps = run.step
+            save_final_policy(m.path, run.learner, i, info, job.run_config(m.seed), run.step)
         m.write_curves()
         status = m.write_status(wall)
-        rows.append(
-            {
-                "env": job.env_id,
-                "variant": job.variant,
-                "seed": m.seed,
-                "state": status["state"],
-                "final_return": status["final_return"],
-                "auc_return": status["auc_return"],
-                "env_steps": status["env_steps"],
-                "wall_s": status["wall_s"],
-            }
-        )
-    ckpt.unlink(missing_ok=True)
+        rows.append(records.runs_row(job.env_id, job.variant, m.seed, status))
     return rows
 
 
