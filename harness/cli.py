@@ -414,6 +414,26 @@ def build_parser() -> argparse.ArgumentParser:
         "reference is exactly this: a known effect in real noise (e.g. the null study's two salts)",
     )
 
+    shapes = sub.add_parser(
+        "shape-study",
+        help="the verdict rules on returns of committed campaigns' shapes: null reports, shifts, replays",
+    )
+    shapes.add_argument("study", choices=("null", "shift", "replay"))
+    shapes.add_argument("folders", nargs="+", help="campaign results folders, one environment each")
+    shapes.add_argument("--reports", type=_positive_int("--reports"), default=1000, help="reports per design (1000)")
+    shapes.add_argument(
+        "--adastop-reports", type=_positive_int("--adastop-reports"), default=100, help="for the slower adastop (100)"
+    )
+    shapes.add_argument("--compared", type=_positive_int("--compared"), default=9, help="null variants a report (9)")
+    shapes.add_argument("--seeds", default="5,10,20", help="fixed designs' seeds (5,10,20)")
+    shapes.add_argument("--look-every", type=_positive_int("--look-every"), default=5)
+    shapes.add_argument("--max-seeds", type=_positive_int("--max-seeds"), default=30)
+    shapes.add_argument(
+        "--rules", default="paired:pocock,paired:obrien-fleming", help="sequential rules[:spending], comma-separated"
+    )
+    shapes.add_argument("--shifts", default="0.1,0.25", help="shift study: normalized shifts (0.1,0.25)")
+    shapes.add_argument("--metric", default="final_return", choices=("final_return", "auc_return"))
+
     report = sub.add_parser("report", help="statistical report of a results folder")
     report.add_argument(
         "results",
@@ -723,6 +743,42 @@ def _counts(text: str, flag: str) -> list[int]:
     return values
 
 
+def _shifts(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--shifts {text!r}: expected comma-separated numbers") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise UsageError(f"--shifts {text!r}: expected finite numbers")
+    return values
+
+
+def cmd_shape_study(args: argparse.Namespace) -> int:
+    from .judging import shape_studies
+
+    folders = [Path(f) for f in args.folders]
+    for folder in folders:
+        problem = records.not_a_results_folder(folder)
+        if problem:
+            raise UsageError(f"shape-study: results folder {folder} {problem}")
+    try:
+        designs = shape_studies.parse_rules(args.rules, args.look_every, args.max_seeds)
+        if args.study == "null":
+            seeds = _counts(args.seeds, "--seeds")
+            lines = shape_studies.run_null(folders, seeds, designs, args.reports, args.adastop_reports, args.compared)
+        elif args.study == "shift":
+            shifts = _shifts(args.shifts)
+            seeds = _counts(args.seeds, "--seeds")
+            lines = shape_studies.run_shift(folders, shifts, seeds, designs, args.reports, args.compared, args.metric)
+        else:
+            lines = shape_studies.run_replay(folders, designs)
+    except ValueError as exc:  # StudyError, and a design the sequential module refuses
+        raise UsageError(f"shape-study: {exc}") from None
+    for line in lines:
+        print(line)
+    return 0
+
+
 def cmd_calibration(args: argparse.Namespace) -> int:
     from .judging import calibration
 
@@ -888,6 +944,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "gpu-check":
             return cmd_gpu_check(args)
+        if args.command == "shape-study":
+            return cmd_shape_study(args)
         if args.command in ("null-study", "power-study"):
             return cmd_calibration(args)
         if args.command == "report":

@@ -32,6 +32,7 @@ the design has a margin), the reference among the variants.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -266,10 +267,12 @@ def boundary(
     if t.ndim != 1 or not t.size or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1 + 1e-12:
         raise ValueError(f"information fractions must increase within (0, 1], not {t.tolist()}")
     root = _correlation_root(np.atleast_2d(correlation))
-    rng = np.random.default_rng(seed)
-    steps = rng.standard_normal((draws, t.size, root.shape[0])) @ root.T
-    steps *= np.sqrt(np.diff(t, prepend=0.0))[None, :, None]
-    largest = np.abs(np.cumsum(steps, axis=1) / np.sqrt(t)[None, :, None]).max(axis=2)  # (draws, J)
+    widths = np.sqrt(np.diff(t, prepend=0.0))
+    walk = np.zeros((root.shape[0], draws))  # comparisons x draws: the max over comparisons runs along rows
+    largest = np.empty((draws, t.size))  # max over comparisons of |Z| at each look
+    for j in range(t.size):
+        walk += (root * widths[j]) @ _look_normals(draws, root.shape[0], seed, j)
+        largest[:, j] = np.abs(walk).max(axis=0) / math.sqrt(t[j])
     budget = SPENDING[spending](t, alpha)
     alive = np.ones(draws, dtype=bool)
     out = np.empty(t.size)
@@ -281,6 +284,15 @@ def boundary(
             values = np.sort(largest[alive, j])
             out[j] = values[-crossing - 1] if 0 < crossing < values.size else (np.inf if crossing <= 0 else 0.0)
         alive &= largest[:, j] <= out[j]
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _look_normals(draws: int, m: int, seed: int, look: int) -> np.ndarray:
+    """Standard normals `(m, draws)` of one look's increments, from a stream fixed by (seed, look): a
+    boundary over more looks reuses the draws of the first ones. Cached, read-only."""
+    out = np.random.default_rng([seed, look]).standard_normal((m, draws))
+    out.flags.writeable = False
     return out
 
 
@@ -319,26 +331,31 @@ def paired_rule(
     design: SequentialDesign,
     previous: Look | None,
 ) -> Look:
-    """The paired rule of the module doc. state: {'critical': [c_1 .. c_j]} on the normal scale."""
+    """The paired rule of the module doc.
+
+    The boundary is fixed at the first look, for the plan's every look: the comparisons' correlation
+    is estimated from the first look's per-seed differences (the seeds every comparison has), and the
+    critical values c_1 .. c_J follow from it and the spending function. state: {'critical': [c_1 ..
+    c_J] on the normal scale, 'correlation': the (m, m) estimate}, carried unchanged to later looks.
+    """
     limit = design.seeds_at(look_index)
     variants = [v for v in scores if v != reference]
     decisions = _carried(previous, variants)
     ref_seeds = set(_seeds_below(scores[reference], limit))
     pairs = {v: sorted(ref_seeds & set(_seeds_below(scores[v], limit))) for v in variants}
-    # The correlation over comparisons from the seeds every comparison of the first look shares.
-    shared = sorted(set.intersection(ref_seeds, *(set(p) for p in pairs.values()))) if variants else []
-    columns = np.array([[scores[v][s] - scores[reference][s] for v in variants] for s in shared]).reshape(
-        len(shared), len(variants)
-    )
-    correlation = difference_correlation(columns) if variants else np.eye(1)
-    fractions = [design.seeds_at(i) / design.max_seeds for i in range(1, look_index + 1)]
-    spent = list((previous.state if previous else {}).get("critical", []))
-    critical = boundary(fractions, correlation, design.alpha, design.spending, spent=spent)
+    state = dict(previous.state) if previous is not None and "critical" in previous.state else {}
+    if not state:
+        shared = sorted(set.intersection(ref_seeds, *(set(p) for p in pairs.values()))) if variants else []
+        columns = np.array([[scores[v][s] - scores[reference][s] for v in variants] for s in shared])
+        correlation = difference_correlation(columns.reshape(len(shared), len(variants))) if variants else np.eye(1)
+        fractions = [design.seeds_at(i) / design.max_seeds for i in range(1, design.looks + 1)]
+        critical = boundary(fractions, correlation, design.alpha, design.spending)
+        state = {"critical": [float(c) for c in critical], "correlation": correlation.tolist()}
     for v in variants:
-        if v in decisions:
-            continue
-        decisions[v] = _judge_pair(v, scores[v], scores[reference], pairs[v], float(critical[-1]), look_index, design)
-    return Look(look_index, reference, design, decisions, {"critical": [float(c) for c in critical]})
+        if v not in decisions:
+            critical_now = float(state["critical"][look_index - 1])
+            decisions[v] = _judge_pair(v, scores[v], scores[reference], pairs[v], critical_now, look_index, design)
+    return Look(look_index, reference, design, decisions, state)
 
 
 def _judge_pair(
