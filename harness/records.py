@@ -279,22 +279,19 @@ def git_commit(cwd: Path | None = None) -> str:
 
 
 def package_versions() -> dict[str, str]:
+    """The versions of Python and of the packages that decide a run's arithmetic, as installed (their
+    metadata: reading it imports none of them, so the judging half can ask without importing torch)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    import gymnasium
-    import numpy
-    import torch
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "unknown"
 
-    try:
-        own = version("sacbench")
-    except PackageNotFoundError:
-        own = "unknown"
     return {
         "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "gymnasium": gymnasium.__version__,
-        "sacbench": own,
+        **{name: installed(name) for name in ("torch", "numpy", "gymnasium", "sacbench")},
     }
 
 

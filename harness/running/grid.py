@@ -25,6 +25,7 @@ from variants.catalog import CatalogEntry
 
 from .. import records
 from .envs import EnvRef
+from .errors import WorkerCrashed
 from .implementations import TRAINERS, run_job
 from .profiles import Budget
 from .train import Interrupted, Job, identity
@@ -32,10 +33,6 @@ from .train import Interrupted, Job, identity
 # Measured on the 2-core development machine (one thread, 256x256, batch 256): one SAC update with its
 # env step costs about 15 ms per member; used only for the estimate printed before a grid starts.
 SECONDS_PER_MEMBER_STEP = 0.015
-
-
-class WorkerCrashed(Exception):
-    """A worker process died without reporting (killed, out of memory)."""
 
 
 class ConfigConflict(Exception):

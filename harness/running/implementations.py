@@ -2,20 +2,23 @@
 
 "native" is the harness's own batched learner (`harness.running.train`); "sb3" is Stable-Baselines3's SAC
 (`harness.running.sb3_peer`), imported only when an sb3 run is asked for, so that the harness works without
-the optional `sb3` extra.
+the optional `sb3` extra. Each trainer's code (and torch) is imported when it trains, so that choosing
+variants (`harness check --results` compares records only) imports no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from variants.catalog import Implementation
 from variants.spec import VariantSpec
 
-from .train import Job, train_job
+if TYPE_CHECKING:
+    from .train import Job
 
-TrainFn = Callable[[Job, Callable[[int], None] | None, Callable[[], bool]], list]
+TrainFn = Callable[["Job", Callable[[int], None] | None, Callable[[], bool]], list]
 
 SB3_INSTALL_HINT = 'Stable-Baselines3 is not installed (the sb3-sac variant needs it): pip install -e ".[sb3]"'
 
@@ -36,6 +39,14 @@ class Trainer:
     batches_members: bool
     missing: Callable[[], str | None]
     problems: Callable[[VariantSpec], list[str]]
+
+
+def _native_train(
+    job: Job, on_progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] = lambda: False
+) -> list[dict]:
+    from .train import train_job
+
+    return train_job(job, on_progress, should_stop)
 
 
 def _sb3_missing() -> str | None:
@@ -61,7 +72,7 @@ def _sb3_problems(spec: VariantSpec) -> list[str]:
 
 
 TRAINERS: dict[Implementation, Trainer] = {
-    "native": Trainer(train_job, batches_members=True, missing=lambda: None, problems=lambda spec: []),
+    "native": Trainer(_native_train, batches_members=True, missing=lambda: None, problems=lambda spec: []),
     "sb3": Trainer(_sb3_train, batches_members=False, missing=_sb3_missing, problems=_sb3_problems),
 }
 

@@ -26,6 +26,7 @@ from variants.spec import VariantSpec
 
 from .. import records
 from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, eval_errors, make_vector_env
+from .errors import Interrupted
 from .policy import save_final_policy
 from .profiles import Budget
 from .tensorboard_log import ScalarLog
@@ -231,10 +232,6 @@ def evaluate(learner: SACLearner, eval_env, info: EnvInfo, seeds: tuple[int, ...
         returns += np.where(finished, 0.0, reward)
         finished |= terminated | truncated
     return returns.reshape(s, episodes)
-
-
-class Interrupted(Exception):
-    """Training stopped on request after writing a checkpoint; rerunning resumes it."""
 
 
 def checkpoint_path(job: Job) -> Path:
