@@ -198,3 +198,46 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     )
     assert proc.stdout.startswith("grid: ") and len(proc.stdout.splitlines()) == 1
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+# Runs a command line in a fresh interpreter, then prints whether torch was imported on the way.
+_TORCH_PROBE = """
+import sys
+from harness.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:  # --help
+    code = exc.code
+print(f"exit={code} torch={'torch' in sys.modules}")
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["report", "--help"],
+        ["status", "--help"],
+        ["list"],
+        ["check", "--results", "results/baselines/ci"],
+    ],
+)
+def test_reading_commands_import_no_torch(args):
+    # Reading run records must not pay for importing the training code (seconds), nor need it installed.
+    proc = subprocess.run(
+        [sys.executable, "-c", _TORCH_PROBE, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "exit=0 torch=False", proc.stderr
+
+
+def test_training_commands_still_reach_torch(tmp_path):
+    # The probe above is not vacuous: a command that trains (here a dry run, which resolves the device) does.
+    run = ["run", "--variants", "reference", "--envs", "Pendulum-v1", "--dry-run", "--out", str(tmp_path / "grid")]
+    proc = subprocess.run(
+        [sys.executable, "-c", _TORCH_PROBE, *run],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "exit=0 torch=True", proc.stderr

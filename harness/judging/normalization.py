@@ -60,7 +60,7 @@ R_RANDOM: dict[str, float] = {
 
 
 def can_normalize(env_id: str) -> bool:
-    """Whether both reference returns of `env_id` are known."""
+    """Whether both normalization returns of `env_id` (its random and target returns) are known."""
     return env_id in R_TARGET and env_id in R_RANDOM
 
 
@@ -78,7 +78,7 @@ def normalized_score(returns: np.ndarray | float, env_id: str) -> np.ndarray:
 # --- targets for other environments: given on the command line, recorded in the runs ------------------
 
 
-def parse_reference_returns(items: Sequence[str], flag: str) -> dict[str, float]:
+def parse_score_anchors(items: Sequence[str], flag: str) -> dict[str, float]:
     """`ENV=RETURN` items of `--target` / `--random` as {env: return}; raises ValueError (one line)."""
     out: dict[str, float] = {}
     for item in items:
