@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-DEFAULT_EVERY = 300.0  # seconds between rebuilds: a report costs about a minute of one core
+DEFAULT_EVERY = 300.0  # seconds between rebuilds: a report costs a core for a while (docs/measurements.md, live.py)
 
 
 class LiveReport:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import records
+from harness import machine, records
 from harness.cli import main
 from harness.running import grid
 from harness.running.profiles import budget_for
@@ -215,14 +215,14 @@ def test_a_bf16_grid_on_a_cpu_without_native_bf16_is_warned_about_and_still_run(
             "batch_size=16",
         ]
 
-    monkeypatch.setattr(records, "cpu_info", lambda: ("Some AVX2 CPU", frozenset({"avx2", "fma"})))
+    monkeypatch.setattr(machine, "cpu_info", lambda: ("Some AVX2 CPU", frozenset({"avx2", "fma"})))
     assert main(args(tmp_path / "res")) == 0
     printed = capsys.readouterr().out
     assert "warning: 1 job(s) train in bf16, but this CPU (Some AVX2 CPU) has neither AVX512_BF16 nor AMX" in printed
     assert {r["variant"]: r["state"] for r in grid.collect_runs(tmp_path / "res")}["bf16"] == "complete"
     config = records.read_json(records.run_dir(tmp_path / "res", "Pendulum-v1", "bf16", 0) / "config.json")
     assert config["platform"]["cpu"] == "Some AVX2 CPU" and config["platform"]["native_bf16"] == "false"
-    monkeypatch.setattr(records, "cpu_info", lambda: ("Some AMX CPU", frozenset({"avx2", "amx_bf16"})))
+    monkeypatch.setattr(machine, "cpu_info", lambda: ("Some AMX CPU", frozenset({"avx2", "amx_bf16"})))
     assert main(args(tmp_path / "again")) == 0
     assert "warning" not in capsys.readouterr().out
 

@@ -157,7 +157,8 @@ def adam_step(opt: torch.optim.Adam) -> None:
     """`opt.step()` for a fused Adam with one parameter group, every parameter holding a gradient and
     its state: the same two kernels with the same arguments as `torch.optim.Adam`'s fused path (so
     the same bits), without the per-call Python the general step runs (hooks, profiler ranges, state
-    checks): about 0.6 ms of a 9-15 ms update (docs/performance.md). Anything else takes `opt.step()`."""
+    checks), a few percent of an update (docs/measurements.md, learner.py). Anything else takes
+    `opt.step()`."""
     (group,) = opt.param_groups
     params = group["params"]
     if not group["fused"] or group["amsgrad"] or len(opt.state) != len(params) or any(p.grad is None for p in params):

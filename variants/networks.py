@@ -15,10 +15,10 @@ import torch
 Params = list[torch.Tensor]  # [W0, b0, W1, b1, ...]
 
 # CPU elementwise kernels (Adam's step, lerp) run a vectorised loop over a tensor and a scalar loop
-# over its last few elements, and the two loops round differently (measured with torch 2.13 on an
-# AVX-512 CPU: fused Adam differs from 8 elements on, foreach Adam and lerp from 16). Which loop a
-# member's slice of a stacked tensor gets would then depend on how many members are stacked, unless
-# every member's slice is a whole number of vector chunks: 64 floats is two 512-bit vectors, twice over.
+# over its last few elements, and the two loops round differently (where they part: docs/measurements.md,
+# networks.py). Which loop a member's slice of a stacked tensor gets would then depend on how many
+# members are stacked, unless every member's slice is a whole number of vector chunks: 64 floats is two
+# 512-bit vectors, twice over.
 MEMBER_ALIGN = 64
 
 
@@ -123,11 +123,10 @@ def init_mlp(
     return MemberParams(stacked, len(generators), split=split)
 
 
-# CPU GEMM kernels (torch 2.13 on an AVX-512 host) are slow when the output has a number of columns that
-# is not a multiple of 16 floats (one vector register): a (256 x 256) @ (256 x 2) product takes 0.07 ms,
-# its transpose (2 x 256) @ (256 x 256) 0.014 ms, and with two or more stacked matrices a
-# (256 x 256) @ (256 x 1) product falls to about 2 GFLOP/s (medians of 300 timed calls). Those are the layers with one or two outputs (Q-values, the policy's
-# mean and log-std) and their gradients; computing the transpose there is the same sum of products.
+# CPU GEMM kernels are slow when the output has a number of columns that is not a multiple of 16 floats
+# (one vector register), several times slower than the transposed product (docs/measurements.md,
+# networks.py). Those are the layers with one or two outputs (Q-values, the policy's mean and log-std)
+# and their gradients; computing the transpose there is the same sum of products.
 _VECTOR_FLOATS = 16
 
 
@@ -166,11 +165,10 @@ def _relu_backward_(grad: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.threshold_backward.grad_input(grad, output, 0, grad_input=grad)
 
 
-# Mixed precision. On a CPU with AVX512_BF16 (torch 2.13, oneDNN) a (256 x 256) @ (256 x 256) product
-# runs in 0.18-0.21 ms in bfloat16 against 0.36-0.42 ms in float32, but every bfloat16 product also pays
-# a fixed ~0.02-0.03 ms: the input layers' narrow products (3 or 4 inputs) are slower in bfloat16, and
-# the output layers' (1 or 2 outputs) barely faster, less than the cast of their input costs (medians
-# of 5 x 200 calls, one thread). Hence only the hidden-to-hidden layers take the precision's dtype; the
+# Mixed precision. On a CPU with AVX512_BF16 (oneDNN) a square hidden-layer product is about twice as
+# fast in bfloat16 as in float32, but every bfloat16 product also pays a fixed cost: the input layers'
+# narrow products (3 or 4 inputs) are slower in bfloat16, and the output layers' (1 or 2 outputs)
+# barely faster, less than the cast of their input costs (docs/measurements.md, networks.py). Hence only the hidden-to-hidden layers take the precision's dtype; the
 # input and output layers, and with them the Q-values, means and log-stds the losses read, stay float32
 # products. Master weights, their gradients and Adam's state are float32.
 PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}

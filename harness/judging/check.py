@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import records
+from .. import machine, records
 
 if TYPE_CHECKING:  # loaded only when a comparison is made (pandas and rliable)
     from . import stats
@@ -82,8 +82,8 @@ class CheckOutcome:
 
 def platform_fingerprint() -> dict[str, str]:
     """What decides whether fixed-seed CPU results can be bit-identical: library versions and CPU."""
-    versions = records.package_versions()
-    model, flags = records.cpu_info()
+    versions = machine.package_versions()
+    model, flags = machine.cpu_info()
     flags_text = str(sorted(flags)) if flags else "unknown"
     import zlib
 
@@ -401,8 +401,8 @@ def write_baseline(new_dir: Path, baseline_dir: Path, variants: Sequence[str], m
         staging / "baseline.json",
         {
             **meta,
-            "git_commit": records.git_commit(),
-            "versions": records.package_versions(),
+            "git_commit": machine.git_commit(),
+            "versions": machine.package_versions(),
             "platform": platform_fingerprint(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },

@@ -34,7 +34,7 @@ from variants.learner import SACLearner
 from variants.networks import PRECISIONS as NETWORK_PRECISIONS
 from variants.spec import VariantSpec
 
-from .. import records
+from .. import machine
 from .envs import LockstepEnvs, env_info
 from .train import store_transition
 
@@ -376,9 +376,9 @@ def update_block_rounds(updates: Sequence[Callable[[], None]], rounds: int, bloc
     calls, the runners taking turns block by block (`alternating_rounds`).
 
     Training runs updates back to back, an env step between them. The call-by-call rounds of
-    `update_and_floor_rounds` run three other cases' products before every update, and on an AMX host
-    that slowed the next update by 0.6-2.0 ms, a bf16 update relatively most, where writing 16 MB
-    between updates cost 0.1-0.3 ms (docs/performance.md)."""
+    `update_and_floor_rounds` run three other cases' products before every update, which slows the
+    next update (a bf16 update relatively most) more than evicting the caches alone does
+    (docs/measurements.md, bench.py)."""
 
     def block_of(update: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -436,8 +436,8 @@ def run_bench(
         f"sacbench bench: reference on Pendulum-v1 dimensions (obs {info.obs_dim}, act {info.act_dim}), "
         f"hidden {'x'.join(map(str, spec.hidden_sizes))}, batch {spec.batch_size}, device {device}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} thread, precisions {', '.join(precisions)}",
-        f"cpu: {records.cpu_info()[0]}, torch kernels {torch.backends.cpu.get_cpu_capability()}, native bf16 "
-        f"({' or '.join(records.NATIVE_BF16_FLAGS)}): {_yes_no(records.native_bf16())}",
+        f"cpu: {machine.cpu_info()[0]}, torch kernels {torch.backends.cpu.get_cpu_capability()}, native bf16 "
+        f"({' or '.join(machine.NATIVE_BF16_FLAGS)}): {_yes_no(machine.native_bf16())}",
     ]
     gemms = update_gemms(info.obs_dim, info.act_dim, spec.hidden_sizes, spec.batch_size, 1)
     floors = [fastest_ways(gemms, device, dtypes=_floor_dtypes(p)) for p in precisions]

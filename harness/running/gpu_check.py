@@ -39,7 +39,7 @@ from variants import REFERENCE
 from variants.buffer import ReplayBuffer
 from variants.learner import SACLearner
 
-from .. import records
+from .. import machine, records
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: `python -m harness` and `pytest tests` run from here
 BUDGET_S = 450.0  # all steps together; the machine's start and the interpreter's come on top
@@ -47,7 +47,7 @@ REPORT = "gpu_check.txt"
 # On a GPU a batched learner and a learner alone may pick different product kernels (another summation
 # order), so members are compared within a tolerance there: fp32's is loose against float32 rounding
 # through 30 Adam updates; bf16's is its unit roundoff, 2**-8, since one order or the other can round a
-# bf16 product one unit apart. First run on an H200: 1.4e-6 (fp32) and 1.7e-3 (bf16). That a member's
+# bf16 product one unit apart (the differences seen on a GPU: docs/measurements.md, gpu_check.py). That a member's
 # records do not depend on the other members' data is checked bit for bit on the GPU by the CUDA tests.
 MEMBER_TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-8}
 
@@ -68,8 +68,8 @@ class Sizes:
 
 
 SIZES: dict[str, Sizes] = {
-    # On an H200: the bench's member scaling at S = 256 and the grid's 4,000 updates of 8 members are
-    # the long steps; the limits leave each one room and sum to under BUDGET_S.
+    # The bench's member scaling at S = 256 and the grid's 4,000 updates of 8 members are the long steps;
+    # the limits leave each one room and sum to under BUDGET_S (docs/measurements.md, gpu_check.py).
     "gpu": Sizes(
         (1, 8, 64, 256),
         50,
@@ -318,7 +318,7 @@ def run_gpu_check(out: Path, device: str, sizes: str, steps: Sequence[str], echo
     """Run `steps` (names in STEPS, in STEPS's order) and write out/gpu_check.txt; 0 if all passed, else 1."""
     ctx = Context(Path(out), device, SIZES[sizes], time.monotonic() + BUDGET_S)
     report = [
-        f"sacbench gpu-check on {device} ({sizes} sizes), git {records.git_commit()}, "
+        f"sacbench gpu-check on {device} ({sizes} sizes), git {machine.git_commit()}, "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}"
     ]
     echo(report[0])

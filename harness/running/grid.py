@@ -23,15 +23,15 @@ import numpy as np
 
 from variants.catalog import CatalogEntry
 
-from .. import records
+from .. import machine, records
 from .envs import EnvRef
 from .errors import WorkerCrashed
 from .implementations import TRAINERS, run_job
 from .profiles import Budget
 from .train import Interrupted, Job, identity
 
-# Measured on the 2-core development machine (one thread, 256x256, batch 256): one SAC update with its
-# env step costs about 15 ms per member; used only for the estimate printed before a grid starts.
+# One SAC update with its env step, per member, on one CPU thread (figure: docs/measurements.md, grid.py);
+# used only for the estimate printed before a grid starts and when no finished run gives a better one.
 SECONDS_PER_MEMBER_STEP = 0.015
 
 
@@ -255,12 +255,12 @@ def train_claimed(job: Job, on_progress: Callable[[int, int], None], should_stop
 
 def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
     """One warning line when bf16 jobs are to train on a CPU that multiplies bfloat16 only by emulation
-    (`records.native_bf16`), else None: such runs are as valid, but many times slower."""
+    (`machine.native_bf16`), else None: such runs are as valid, but many times slower."""
     bf16 = [job for job in jobs if job.spec.precision == "bf16"]
-    if device != "cpu" or not bf16 or records.native_bf16() is not False:
+    if device != "cpu" or not bf16 or machine.native_bf16() is not False:
         return None
     return (
-        f"warning: {len(bf16)} job(s) train in bf16, but this CPU ({records.cpu_info()[0]}) has neither AVX512_BF16 "
+        f"warning: {len(bf16)} job(s) train in bf16, but this CPU ({machine.cpu_info()[0]}) has neither AVX512_BF16 "
         "nor AMX: its bfloat16 products are emulated (an update took 21x the fp32 update on an AVX2 host; "
         "python -m harness bench times this one), and those runs will take that much longer than the estimate"
     )

@@ -26,8 +26,8 @@ PROFILES: dict[str, Profile] = {
             2,
             200,
         ),
-        # 5,000 steps keeps the default check (2 variants x 3 seeds on 2 cores) within 5 minutes on the
-        # development machine (6,000 took 303 s); reference has reached about -150 by then.
+        # Short enough that the default check (2 variants x 3 seeds on 2 cores) fits CI's few minutes, long
+        # enough that reference has learned to swing up (docs/measurements.md, profiles.py).
         Profile("ci", "Pendulum 5,000 steps: the regression check", {"Pendulum-v1": 5000}, 5, 500),
         Profile(
             "quick",

@@ -24,7 +24,7 @@ from variants.learner import DIAGNOSTICS, SACLearner
 from variants.rewards import transform_reward
 from variants.spec import VariantSpec
 
-from .. import records
+from .. import machine, records
 from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, eval_errors, make_vector_env
 from .errors import Interrupted
 from .policy import save_final_policy
@@ -76,9 +76,9 @@ class Job:
             "budget": self.budget.to_dict(),
             "device": self.device,
             "members": len(self.seeds),
-            "versions": records.package_versions(),
-            "git_commit": records.git_commit(),
-            "platform": records.platform_info(),
+            "versions": machine.package_versions(),
+            "git_commit": machine.git_commit(),
+            "platform": machine.platform_info(),
             "command": list(self.command),
             "env_entry": self.environment.entry,
             "env_kwargs": self.environment.kwargs,
