@@ -327,7 +327,7 @@ def test_a_study_in_its_own_folder_is_judged_beside_the_campaigns_reference(tmp_
     write_cell(campaign, "Pendulum-v1", "alpha-loss", FINALS[:4])
     write_cell(study, "Pendulum-v1", "ref-wide", FINALS[:4] - 300.0)
     records.run_dir(campaign, "Pendulum-v1", "alpha-loss", 4).mkdir(parents=True)  # unfinished, not the study's
-    summary = report.build_report(study, tmp_path / "out", also=[campaign], variants=["ref-wide", "naive-tanh"])
+    summary = report.build_report(study, tmp_path / "out", more_results=[campaign], variants=["ref-wide", "naive-tanh"])
 
     rows = read_rows(tmp_path / "out" / "verdicts.csv")
     judged = {(r["variant"], r["metric"]): r for r in rows if r["env"] == "Pendulum-v1"}
@@ -396,13 +396,13 @@ def test_a_run_recorded_in_two_folders_or_a_variant_with_no_runs_exits_2(
 ) -> None:
     for folder in ("a", "b"):
         write_run(tmp_path / folder, "Pendulum-v1", "reference", 0, -200.0)
-    assert report.report_command(tmp_path / "a", tmp_path / "out", also=[tmp_path / "b"]) == 2
+    assert report.report_command(tmp_path / "a", tmp_path / "out", more_results=[tmp_path / "b"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "seed 0 is recorded twice" in err and "Traceback" not in err
     assert report.report_command(tmp_path / "a", tmp_path / "out", variants=["ref-typo"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no run of ref-typo" in err
-    assert report.report_command(tmp_path / "a", tmp_path / "out", also=[tmp_path / "missing"]) == 2
+    assert report.report_command(tmp_path / "a", tmp_path / "out", more_results=[tmp_path / "missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -87,7 +87,7 @@ def cmd_report(
         reference=reference,
         targets=targets,
         randoms=randoms,
-        also=more_results,
+        more_results=more_results,
         variants=variants,
         pending=pending,
     )

@@ -71,7 +71,7 @@ def report_command(
     reference: str | None = None,
     targets: Mapping[str, float] | None = None,
     randoms: Mapping[str, float] | None = None,
-    also: Sequence[Path] = (),
+    more_results: Sequence[Path] = (),
     variants: Sequence[str] | None = None,
     pending: int | None = None,
 ) -> int:
@@ -85,7 +85,7 @@ def report_command(
     reference has none, or when two folders record the same run.
     """
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    for folder in (results_dir, *map(Path, also)):
+    for folder in (results_dir, *map(Path, more_results)):
         problem = records.not_a_results_folder(folder)
         if problem:
             print(f"error: results folder {folder} {problem}", file=sys.stderr)
@@ -104,7 +104,7 @@ def report_command(
             reference=reference or stats.REFERENCE_NAME,
             targets=targets,
             randoms=randoms,
-            also=also,
+            more_results=more_results,
             variants=variants,
             pending=pending or None,
             reference_required=reference is not None,
@@ -133,13 +133,13 @@ def build_report(
     targets: Mapping[str, float] | None = None,
     randoms: Mapping[str, float] | None = None,
     pending: int | None = None,
-    also: Sequence[Path] = (),
+    more_results: Sequence[Path] = (),
     variants: Sequence[str] | None = None,
     reference_required: bool = False,
 ) -> ReportSummary:
     """Read the run records of `results_dir` and write the report into `out_dir` (see module doc).
 
-    `also`: more results folders read with it as one (`loading.scan_many`; a study run beside the
+    `more_results`: more results folders read with it as one (`loading.scan_many`; a study run beside the
     campaign whose reference runs it pairs with). `variants`: judge only these (the reference is always
     kept), so that a study's family holds its own comparisons; None: every variant found.
 
@@ -152,7 +152,7 @@ def build_report(
     """
     if reps < 2000:
         raise ValueError("reps must be at least 2000 for stable 95% intervals")
-    sources = [Path(results_dir), *map(Path, also)]
+    sources = [Path(results_dir), *map(Path, more_results)]
     data = loading.scan_many(sources, None if variants is None else [reference, *variants])
     found = set(data.runs["variant"]) | set(data.unfinished_variants())
     missing = [v for v in [*([reference] if reference_required else []), *(variants or ())] if v not in found]
@@ -567,9 +567,9 @@ def identical_variants(runs: pd.DataFrame) -> list[list[str]]:
     """Groups of variants whose complete runs returned exactly the same final_return and auc_return
     for the same (env, seed), on the same set of runs (at least one). Their curves coincide in every
     figure, so a reader looking for the hidden colour needs to be told."""
-    done = runs[runs["state"] == "complete"]
+    complete = runs[runs["state"] == "complete"]
     keyed: dict[tuple, list[str]] = {}
-    for variant, rows in done.groupby("variant", sort=False):
+    for variant, rows in complete.groupby("variant", sort=False):
         key = tuple(sorted(zip(rows["env"], rows["seed"], rows["final_return"], rows["auc_return"])))
         keyed.setdefault(key, []).append(str(variant))
     return [loading.variant_order(group) for group in keyed.values() if len(group) > 1]

@@ -99,9 +99,9 @@ def failure_floor(env: str, runs: pd.DataFrame, metric: str) -> float:
     (NaN when there is none: such a run cannot be scored)."""
     if env in normalization.R_RANDOM:
         return normalization.R_RANDOM[env]
-    done = complete_runs(runs[runs["env"] == env])[metric].astype(float)
-    done = done[np.isfinite(done)]
-    return float(done.min()) if len(done) else math.nan
+    complete = complete_runs(runs[runs["env"] == env])[metric].astype(float)
+    complete = complete[np.isfinite(complete)]
+    return float(complete.min()) if len(complete) else math.nan
 
 
 def needs_scoring(runs: pd.DataFrame) -> pd.Series:
@@ -170,12 +170,12 @@ def score_dict(runs: pd.DataFrame, metric: str, envs: Sequence[str], normalize: 
     run in some env of `envs` gets an all-NaN column there. `normalize` maps returns through
     `normalization.normalized_score` (every env must then have constants).
     """
-    done = counted_runs(runs)
+    counted = counted_runs(runs)
     out: ScoreDict = {}
-    for variant in variant_order(done["variant"].tolist()):
+    for variant in variant_order(counted["variant"].tolist()):
         columns = []
         for env in envs:
-            cell = done[(done["variant"] == variant) & (done["env"] == env)].sort_values("seed")
+            cell = counted[(counted["variant"] == variant) & (counted["env"] == env)].sort_values("seed")
             values = cell[metric].to_numpy(dtype=np.float64)
             columns.append(normalization.normalized_score(values, env) if normalize else values)
         height = max((len(c) for c in columns), default=0)
@@ -398,19 +398,19 @@ def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
     `score_failures` has scored them); a variant without any in an env has no row there.
     Columns: env, variant, metric ('<final_return|auc_return>_<aggregate>'), estimate, ci_low, ci_high, n_runs.
     """
-    done = counted_runs(runs)
+    counted = counted_runs(runs)
     rows: list[tuple] = []
-    for env in env_order(done["env"].tolist()):
+    for env in env_order(counted["env"].tolist()):
         gamma = normalization.R_TARGET.get(env)
         for metric in RETURN_METRICS:
-            for variant, matrix in score_dict(done, metric, [env]).items():
+            for variant, matrix in score_dict(counted, metric, [env]).items():
                 if np.isnan(matrix).all():
                     continue
                 estimates = aggregate_intervals(matrix, gamma, reps, stable_seed(env, variant, metric))
                 rows.extend(_summary_rows(env, variant, metric, estimates, int(np.sum(~np.isnan(matrix)))))
-    pooled = normalizable_envs(done["env"].tolist())
-    for variant in variant_order(done["variant"].tolist()):
-        mine = done[done["variant"] == variant]
+    pooled = normalizable_envs(counted["env"].tolist())
+    for variant in variant_order(counted["variant"].tolist()):
+        mine = counted[counted["variant"] == variant]
         envs = pooled
         if not envs or not all((mine["env"] == e).any() for e in envs):
             continue
@@ -837,8 +837,8 @@ def iqm_learning_curves(eval_curves: pd.DataFrame, runs: pd.DataFrame, reps: int
     pointwise. Only env_steps that every complete run of the cell evaluated are kept.
     Columns: env, variant, env_step, iqm, ci_low, ci_high, n_runs.
     """
-    done = complete_runs(runs)[["env", "variant", "seed"]]
-    curves = eval_curves.merge(done, on=["env", "variant", "seed"])
+    complete = complete_runs(runs)[["env", "variant", "seed"]]
+    curves = eval_curves.merge(complete, on=["env", "variant", "seed"])
     rows: list[tuple] = []
     for env in env_order(curves["env"].tolist()):
         for variant in variant_order(curves.loc[curves["env"] == env, "variant"].tolist()):
