@@ -838,8 +838,32 @@ def _distinct(values: Iterable[Any]) -> list[tuple[str, int]]:
 
 
 def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict], reps: int) -> str:
-    out = ["<h2>Protocol</h2>"]
+    """The page's Protocol section: budgets and seeds, runs per cell, provenance and the statistics used.
+
+    runs: one row per run (env, variant, seed, state, ...); configs: each run's config.json by (env, variant, seed).
+    """
     keyed = [(row, configs[(row.env, row.variant, row.seed)]) for row in runs.itertuples(index=False)]
+    out = ["<h2>Protocol</h2>", "<h3>Budgets and seeds</h3>", _budgets_table(runs, keyed), _seeds_table(runs)]
+    out += ["<h3>Software and machine (from config.json)</h3>", _provenance_table(keyed)]
+    out += ["<h3>Statistics</h3>", _statistics_notes(reps)]
+    out.append(
+        _table(
+            ["env", "R_random", "R_target"],
+            [
+                (e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}")
+                for e in loading.env_order(runs["env"].tolist())
+                if normalization.can_normalize(e)
+            ],
+        )
+    )
+    out.append(
+        "<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>"
+    )
+    return "\n".join(out) + "\n"
+
+
+def _budgets_table(runs: pd.DataFrame, keyed: Sequence[tuple[Any, dict]]) -> str:
+    """One row per (env, recorded budget): its profile, steps, evaluations, seeds and run count."""
     budget_rows = []
     for env in loading.env_order(runs["env"].tolist()):
         mine = [(r, c) for r, c in keyed if r.env == env]
@@ -859,23 +883,23 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
                     n,
                 )
             )
-    out.append("<h3>Budgets and seeds</h3>")
-    out.append(
-        _table(
-            [
-                "env",
-                "profile",
-                "env steps per run",
-                "evaluations",
-                "episodes per evaluation",
-                "diagnostics every",
-                "seeds",
-                "runs",
-            ],
-            budget_rows,
-        )
+    return _table(
+        [
+            "env",
+            "profile",
+            "env steps per run",
+            "evaluations",
+            "episodes per evaluation",
+            "diagnostics every",
+            "seeds",
+            "runs",
+        ],
+        budget_rows,
     )
 
+
+def _seeds_table(runs: pd.DataFrame) -> str:
+    """One row per (env, variant): its seeds and how many runs ended in each state."""
     seeds_rows = []
     for env in loading.env_order(runs["env"].tolist()):
         for variant in loading.variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
@@ -884,9 +908,11 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
                 f"{int((cell['state'] == s).sum())} {s}" for s in records.STATES if (cell["state"] == s).any()
             )
             seeds_rows.append((env, variant, _seed_text(sorted(cell["seed"].tolist())), states))
-    out.append(_table(["env", "variant", "seeds", "states"], seeds_rows))
+    return _table(["env", "variant", "seeds", "states"], seeds_rows)
 
-    out.append("<h3>Software and machine (from config.json)</h3>")
+
+def _provenance_table(keyed: Sequence[tuple[Any, dict]]) -> str:
+    """The package versions, git commits, machines, devices and commands the runs recorded (distinct values)."""
     provenance = []
     package_names = sorted({k for _, c in keyed for k in (c.get("versions") or {})})
     for name in package_names:
@@ -902,10 +928,12 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
     provenance.append(
         ("commands", _distinct_text(commands[:5]) + (f" ... ({len(commands)} in all)" if len(commands) > 5 else ""))
     )
-    out.append(_table(["what", "value (runs)"], provenance))
+    return _table(["what", "value (runs)"], provenance)
 
-    out.append("<h3>Statistics</h3>")
-    out.append(
+
+def _statistics_notes(reps: int) -> str:
+    """How the report's statistics are computed, as an HTML list (`reps` bootstrap replications)."""
+    return (
         "<ul>"
         "<li>Every run enters aggregates and verdicts: a failed or diverged run (or one with a NaN or infinite "
         "evaluation) is scored as if its policy were a uniform random one from where it stopped: every missing or "
@@ -927,20 +955,6 @@ def _protocol_section(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int],
         "<code>python -m harness.running.random_baseline</code> (100 episodes per env, uniform random actions, seed 0).</li>"
         "</ul>"
     )
-    out.append(
-        _table(
-            ["env", "R_random", "R_target"],
-            [
-                (e, f"{normalization.R_RANDOM[e]:g}", f"{normalization.R_TARGET[e]:g}")
-                for e in loading.env_order(runs["env"].tolist())
-                if normalization.can_normalize(e)
-            ],
-        )
-    )
-    out.append(
-        "<p>Report built with " + ", ".join(f"{esc(p)} {esc(_package_version(p))}" for p in REPORT_PACKAGES) + ".</p>"
-    )
-    return "\n".join(out) + "\n"
 
 
 def _seed_text(seeds: Sequence[int]) -> str:
