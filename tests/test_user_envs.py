@@ -455,7 +455,7 @@ def test_a_rerun_skips_finished_runs_and_new_kwargs_get_their_own_folder(tmp_pat
     assert set(train["episode_length"]) == {12}
 
 
-def test_bad_reference_returns_exit_2(tmp_path, capsys):
+def test_bad_score_anchors_exit_2(tmp_path, capsys):
     base = ["run", "--variants", "reference", "--envs", "Pendulum-v1", "--steps", "100", "--out", str(tmp_path)]
     assert main([*base, "--target", "Pendulum-v1=high"]) == 2
     assert "expected ENV=RETURN" in _one_line_error(capsys)
