@@ -185,6 +185,7 @@ def _write_baseline(
 
 
 def _print_false_alarm_study(args: argparse.Namespace, variant_names: list[str], baseline: Path, results: Path) -> int:
+    """`check --false-alarms`: the check on every disjoint --seeds-sized seed set of `results`, printed."""
     from ..judging import check
 
     try:
@@ -198,6 +199,7 @@ def _print_false_alarm_study(args: argparse.Namespace, variant_names: list[str],
 
 
 def _require_matching_baseline(baseline: Path, budget: Budget) -> None:
+    """A usage error unless `baseline` exists and was made with `budget`'s steps and eval episodes."""
     meta_path = baseline / "baseline.json"
     if not meta_path.exists():
         raise UsageError(f"check: no baseline at {baseline}; make one with --update-baseline")

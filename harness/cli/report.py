@@ -52,6 +52,7 @@ def add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _handle_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """`report RESULTS... [--out] [--variants] [--reference] [--target/--random]` as a `cmd_report` call."""
     return cmd_report(
         Path(args.results[0]),
         Path(args.out) if args.out else None,
@@ -138,6 +139,7 @@ def cmd_status(results: Path) -> int:
 
 
 def _steps_text(row: dict) -> str:
+    """': N of M env steps recorded' for a `folder_states` row of an unfinished run ('' when unknown)."""
     if row["env_steps"] is None:
         return ""
     return (

@@ -77,6 +77,7 @@ def add_shape_study(sub: argparse._SubParsersAction) -> None:
 
 
 def _require_results(command: str, folders: Sequence[str]) -> None:
+    """A usage error naming the first of `folders` that is not a results folder."""
     for folder in folders:
         problem = records.not_a_results_folder(Path(folder))
         if problem:
@@ -84,6 +85,7 @@ def _require_results(command: str, folders: Sequence[str]) -> None:
 
 
 def _counts(text: str, flag: str) -> list[int]:
+    """`flag`'s comma-separated whole numbers, each >= 1."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -134,6 +136,7 @@ def cmd_power_study(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _shifts(text: str) -> list[float]:
+    """`--shifts`' comma-separated finite numbers."""
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
