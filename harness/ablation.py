@@ -118,18 +118,12 @@ def _changes(spec: VariantSpec, base: str, catalog: Mapping[str, CatalogEntry]) 
 
 
 def write_ablation(out: Path, manifest: Manifest, entries: Sequence[FileEntry], command: str) -> Path:
-    """Write ablation.toml and ablation.json into `out` (atomically); returns the variants file's path.
-    Raises ManifestError when `out` holds the manifest of another ablation (other ends)."""
+    """Write ablation.toml and ablation.json into `out` (atomically); returns the variants file's path."""
     path = Path(out) / MANIFEST_NAME
-    old = read_manifest(Path(out))
-    if old is not None and (old.reference, old.variant) != (manifest.reference, manifest.variant):
-        raise ManifestError(
-            f"{path} records the ablation of {old.variant_name} against {old.reference_name}; "
-            "an ablation of other specs needs its own --out"
-        )
     header = (
         f"The ablation of {manifest.variant_name} against {manifest.reference_name}, written by\n"
-        f"  {command}\nwhich runs these variants with the two ends as one grid (see {MANIFEST_NAME})."
+        f"  {command}\nwhich trains these variants, with the two ends unless --ends-from holds their runs, "
+        f"as one grid;\n{MANIFEST_NAME} beside it records the two specs the report's attribution starts from."
     )
     toml_path = Path(out) / VARIANTS_FILE_NAME
     records.atomic_write_text(toml_path, variants_file_text(entries, header))
@@ -197,6 +191,12 @@ def prepare_grid(
     ManifestError, one line each.
     """
     (reference_name, reference), (variant_name, variant) = ends.items()
+    old = read_manifest(Path(out))
+    if old is not None and (old.reference, old.variant) != (reference, variant):
+        raise ManifestError(
+            f"{Path(out) / MANIFEST_NAME} records the ablation of {old.variant_name} against "
+            f"{old.reference_name} (other specs); an ablation of other specs needs its own --out"
+        )
     known = {n: s for n, s in recorded_specs(out).items() if n not in ends}
     plan = ablation_plan(reference_name, reference, variant_name, variant, known)
     names = {(item.role, item.difference.key): item.name for item in plan}

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +161,103 @@ def test_the_report_of_an_ablation_grid_attributes_the_gain(tmp_path: Path):
     page = summary.index_html.read_text()
     assert "Attribution: which of <code>two</code>" in page and "needed: removing it lowers the score" in page
     assert "| `batch_size=128` | on its own | better |" in (out / "attribution.md").read_text()
+
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "blog_sac2_ablation.toml"
+COMMITTED = Path(__file__).parents[1] / "results" / "lunarlander-100k-ablation"
+
+
+def test_the_blog_sac2_example_is_what_ablate_writes_for_the_committed_study(tmp_path: Path):
+    # The committed study's three variants (one field of blog-sac2 each, trained by hand before the
+    # command existed) keep their names, so their runs are reused; the other eleven are new.
+    command = EXAMPLE.read_text().splitlines()[1].lstrip("# ")
+    assert command.startswith("python -m harness ablate blog-sac2 ")
+    ends = {"reference": REFERENCE, "blog-sac2": BLOG}
+    _, path = ablation.prepare_grid(COMMITTED, ends, command, files_dir=tmp_path)
+    assert path.read_text() == EXAMPLE.read_text()
+    written = load_variants_file(EXAMPLE)
+    assert written["ref-3-layers"].spec.differences(REFERENCE) == {"hidden_sizes": ([256, 256, 256], [256, 256])}
+    assert written["ref-xavier"].spec.differences(REFERENCE) == {"init": ("xavier", "torch-default")}
+    assert written["ref-batch-128"].spec.differences(REFERENCE) == {"batch_size": (128, 256)}
+    assert len(written) == 14 and not (COMMITTED / ablation.MANIFEST_NAME).exists()
+
+
+def test_the_ends_may_be_runs_of_another_folder_read_with_the_study(tmp_path: Path):
+    # `ablate --ends-from CAMPAIGN`: the ends' runs stay in the campaign's folder; the report of both
+    # folders finds them by their recorded specs.
+    campaign, study = tmp_path / "campaign", tmp_path / "study"
+    two = dataclasses.replace(REFERENCE, init="xavier", batch_size=128)
+    ablation.prepare_grid(study, {"reference": REFERENCE, "two": two}, "test")
+    finals = np.linspace(-900.0, -500.0, 4)
+    for name, spec, root in (
+        ("reference", REFERENCE, campaign),
+        ("two", two, campaign),
+        ("ref-init-xavier", dataclasses.replace(REFERENCE, init="xavier"), study),
+        ("ref-batch_size-128", dataclasses.replace(REFERENCE, batch_size=128), study),
+    ):
+        for seed, final in enumerate(finals):
+            write_run(root, "Pendulum-v1", name, seed, float(final), spec=spec.to_dict())
+    out = tmp_path / "report"
+    report.build_report(study, out, also=[campaign], variants=["two", "ref-init-xavier", "ref-batch_size-128"])
+    rows = read_rows(out / "attribution.csv")
+    assert [(r["difference"], r["role"], r["variant"], r["against"]) for r in rows] == [
+        ("init", "added", "ref-init-xavier", "reference"),
+        ("init", "removed", "ref-batch_size-128", "two"),
+        ("batch_size", "added", "ref-batch_size-128", "reference"),
+        ("batch_size", "removed", "ref-init-xavier", "two"),
+    ]
+    assert {r["n_pairs"] for r in rows} == {"4"}
+    # The study's folder alone has no ends: every row says so rather than judging.
+    report.build_report(study, tmp_path / "alone")
+    assert {r["verdict"] for r in read_rows(tmp_path / "alone" / "attribution.csv")} == {"not run"}
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_ablate_trains_a_users_variants_ablation_and_reports_the_attribution(tmp_path: Path):
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[[variant]]\nname = "two"\ndescription = "xavier, batch 64"\ninit = "xavier"\nbatch_size = 64\n')
+    out = tmp_path / "results" / "two-ablation"
+    tiny = ["--envs", "Pendulum-v1", "--seeds", "3", "--steps", "300", "--profile", "smoke", "--workers", "2"]
+    tiny += ["--set", "learning_starts=100", "--set", "hidden_sizes=16,16", "--out", str(out)]
+    done = run_cli("ablate", "two", "--variants-file", str(mine), *tiny, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # Two differences: reference + init is two - batch_size, so four variants, twelve runs.
+    assert "grid: 4 variants x 1 envs x 3 seeds = 12 runs" in done.stdout
+    rows = read_rows(tmp_path / "reports" / "two-ablation" / "attribution.csv")
+    assert [(r["env"], r["difference"], r["role"], r["variant"], r["against"], r["n_pairs"]) for r in rows] == [
+        ("Pendulum-v1", "init", "added", "ref-init-xavier", "reference", "3"),
+        ("Pendulum-v1", "init", "removed", "ref-batch_size-64", "two", "3"),
+        ("Pendulum-v1", "batch_size", "added", "ref-batch_size-64", "reference", "3"),
+        ("Pendulum-v1", "batch_size", "removed", "ref-init-xavier", "two", "3"),
+    ]
+    verdicts = {inference.BETTER, inference.WORSE, inference.EQUIVALENT, inference.NO_DIFFERENCE}
+    assert {r["verdict"] for r in rows} <= verdicts and {r["family_size"] for r in rows} == {"4"}
+    assert (
+        "Attribution: which of <code>two</code>" in (tmp_path / "reports" / "two-ablation" / "index.html").read_text()
+    )
+    # The ablated variants ran with every run option (--set here) and the recorded command is ablate's.
+    config = json.loads((out / "runs/Pendulum-v1/ref-init-xavier/seed_0/config.json").read_text())
+    assert config["spec"]["hidden_sizes"] == [16, 16] and config["command"][3:5] == ["ablate", "two"]
+    again = run_cli("ablate", "two", "--variants-file", str(mine), *tiny, "--dry-run", cwd=tmp_path)
+    assert again.returncode == 0 and "12 already finished" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope"], "ablate VARIANT 'nope': not a catalog or --variants-file name"),
+        (["reference"], "reference against itself"),
+        (["sb3-sac"], "trained by sb3; only native specs ablate"),
+        (["blog-sac2", "--ends-from", "no/such/folder"], "results folder no/such/folder does not exist"),
+        (["blog-sac2", "--reference", "naive-tanh", "--ends-from", "."], "no runs of naive-tanh with that name"),
+    ],
+)
+def test_ablate_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], message: str):
+    done = run_cli("ablate", *args, "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,4 +1,4 @@
-"""`python -m harness`: run | list | check | bench | gpu-check | null-study | power-study | shape-study |
+"""`python -m harness`: run | ablate | list | check | bench | gpu-check | null-study | power-study | shape-study |
 report | status | export.
 
 One module per group of subcommands, each subcommand's parser built by its own `add_*` function beside
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from ..records import WriteError
 from ..running.errors import Interrupted, WorkerCrashed
-from . import check, report, run, studies, tools
+from . import ablate, check, report, run, studies, tools
 from .common import Parser, UsageError, apply_overrides, score_anchors, select_variants, user_variants
 from .report import cmd_report
 from .run import resolve_envs
@@ -41,6 +41,7 @@ __all__ = [
 # The subcommands in the order `--help` lists them.
 SUBCOMMANDS = (
     run.add_run,
+    ablate.add_ablate,
     report.add_list,
     check.add_check,
     tools.add_bench,

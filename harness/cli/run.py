@@ -38,16 +38,22 @@ if TYPE_CHECKING:
 def add_run(sub: argparse._SubParsersAction) -> None:
     """The `run` subcommand's parser."""
     run = sub.add_parser("run", help="train a grid of variants x envs x seeds")
-    _add_grid_options(run)
-    _add_execution_options(run)
-    _add_reporting_options(run)
-    add_score_anchor_options(run)
+    run.add_argument("--variants", required=True, help="comma-separated catalog (or --variants-file) names, or all")
+    add_run_options(run)
     run.set_defaults(handle=cmd_run)
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Every option of `run` but --variants: a command that trains its own set of variants through
+    `cmd_run` (`ablate`) takes them all, an option added here included."""
+    _add_grid_options(parser)
+    _add_execution_options(parser)
+    _add_reporting_options(parser)
+    add_score_anchor_options(parser)
+
+
 def _add_grid_options(run: argparse.ArgumentParser) -> None:
-    """What the grid trains: variants, envs, seeds and budgets."""
-    run.add_argument("--variants", required=True, help="comma-separated catalog (or --variants-file) names, or all")
+    """What the grid trains beside its variants: their file, envs, seeds and budgets."""
     run.add_argument(
         "--variants-file",
         default=None,

@@ -194,10 +194,15 @@ def section_html(table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapp
         f"twice on the final return: <em>on its own</em>, {esc(reference)} with it added against "
         f"{esc(reference)}; <em>needed</em>, {esc(variant)} with it removed against {esc(variant)} (worse there "
         "means the variant needs it). Estimate: the mean per-seed difference with its simultaneous interval, "
-        f"in normalized score where the env has constants. <strong>Family:</strong> the {family} comparisons "
-        f"of this table, Bonferroni at level 1 - 0.05/{max(family, 1)} each, so the chance that any row says "
-        "better or worse when nothing differs is at most 5% (a family of its own beside the verdict table). "
-        'Table: <a href="attribution.csv">attribution.csv</a>.</p>',
+        "in normalized score where the env has constants. <strong>Family:</strong> "
+        + (
+            f"the {family} comparisons of this table, Bonferroni at level 1 - 0.05/{family} each, so the chance "
+            "that any row says better or worse when nothing differs is at most 5% (a family of its own beside "
+            "the verdict table). "
+            if family
+            else f"none yet: no row has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a verdict needs. "
+        )
+        + 'Table: <a href="attribution.csv">attribution.csv</a>.</p>',
     ]
     header = ("difference", "question", "compared", "verdict", "estimate [interval]", "seeds", "reading")
     for env, rows in table.groupby("env", sort=False):
