@@ -65,7 +65,7 @@ def add_shape_study(sub: argparse._SubParsersAction) -> None:
         "--adastop-reports", type=positive_int("--adastop-reports"), default=100, help="for the slower adastop (100)"
     )
     shapes.add_argument("--compared", type=positive_int("--compared"), default=9, help="null variants a report (9)")
-    shapes.add_argument("--seeds", default="5,10,20", help="fixed designs' seeds (5,10,20)")
+    shapes.add_argument("--seeds", default="5,10,20", help="fixed designs' seeds (5,10,20; none: no fixed design)")
     shapes.add_argument("--look-every", type=positive_int("--look-every"), default=5)
     shapes.add_argument("--max-seeds", type=positive_int("--max-seeds"), default=30)
     shapes.add_argument(
@@ -148,14 +148,15 @@ def _shifts(text: str) -> list[float]:
 
 def cmd_shape_study(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Print the null, shift or replay study of the sequential rules on the campaigns' return shapes."""
-    from ..judging import shape_studies
+    from ..judging import sequential, shape_studies
 
     folders = [Path(f) for f in args.folders]
     _require_results("shape-study", args.folders)
     try:
-        designs = shape_studies.parse_rules(args.rules, args.look_every, args.max_seeds)
+        draws = sequential.BOUNDARY_DRAWS if args.study == "replay" else shape_studies.STUDY_BOUNDARY_DRAWS
+        designs = shape_studies.parse_rules(args.rules, args.look_every, args.max_seeds, draws)
         if args.study == "null":
-            seeds = _counts(args.seeds, "--seeds")
+            seeds = [] if args.seeds.strip() == "none" else _counts(args.seeds, "--seeds")
             lines = shape_studies.run_null(folders, seeds, designs, args.reports, args.adastop_reports, args.compared)
         elif args.study == "shift":
             shifts = _shifts(args.shifts)
@@ -163,8 +164,8 @@ def cmd_shape_study(args: argparse.Namespace, argv: Sequence[str]) -> int:
             lines = shape_studies.run_shift(folders, shifts, seeds, designs, args.reports, args.compared, args.metric)
         else:
             lines = shape_studies.run_replay(folders, designs)
+        for line in lines:
+            print(line, flush=True)  # a study's rows as they are measured
     except ValueError as exc:  # StudyError, and a design the sequential module refuses
         raise UsageError(f"shape-study: {exc}") from None
-    for line in lines:
-        print(line)
     return 0

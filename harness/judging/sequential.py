@@ -14,8 +14,9 @@ Rules:
            mean(d) +- c_j se(d), the critical value c_j from a group-sequential boundary by
            Lan-DeMets alpha spending (`SPENDING`: Pocock type by default, O'Brien-Fleming type on
            request), over the joint normal law of every comparison's statistic at every look: the
-           comparisons correlate through the shared reference (estimated from the per-seed differences),
-           the looks through the seeds they share (corr sqrt(n_i / n_j)); `boundary` computes it by
+           comparisons correlate through the shared reference (estimated from the first look's per-seed
+           differences; every look's critical value is fixed then), the looks through the seeds they
+           share (corr sqrt(n_i / n_j)); `boundary` computes it by
            Monte Carlo from a fixed stream. A t statistic with n - 1 df is matched to the normal scale
            through its tail probability. Since the intervals of every look and comparison hold at once
            with probability >= 1 - alpha, every claim read off them (better: interval above 0; worse:
@@ -64,7 +65,8 @@ class SequentialDesign:
     rule: a key of `RULES`. look_every: seeds added per look (K >= 2). max_seeds: the most seeds a
     comparison gets (N >= K). alpha: family-wise error per metric, over all looks and comparisons.
     margin: equivalence margin (normalized score), None where scores are raw returns (no equivalence).
-    spending: a key of `SPENDING` (the paired rule's alpha spending function).
+    spending: a key of `SPENDING` (the paired rule's alpha spending function). boundary_draws: Monte Carlo
+    draws of the paired rule's boundary (a study of many grids may trade precision for time).
     """
 
     rule: str = "paired"
@@ -73,6 +75,7 @@ class SequentialDesign:
     alpha: float = inference.ALPHA
     margin: float | None = inference.EQUIVALENCE_MARGIN
     spending: str = "pocock"
+    boundary_draws: int = BOUNDARY_DRAWS
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -83,6 +86,8 @@ class SequentialDesign:
             raise ValueError(f"--look-every must be at least 2 (a paired t needs 2 seeds), not {self.look_every}")
         if self.max_seeds < self.look_every:
             raise ValueError(f"--max-seeds ({self.max_seeds}) must be at least --look-every ({self.look_every})")
+        if self.boundary_draws < 1000:
+            raise ValueError(f"boundary_draws must be at least 1000, not {self.boundary_draws}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must lie in (0, 1), not {self.alpha}")
         if self.margin is not None and self.margin <= 0:
@@ -349,7 +354,7 @@ def paired_rule(
         columns = np.array([[scores[v][s] - scores[reference][s] for v in variants] for s in shared])
         correlation = difference_correlation(columns.reshape(len(shared), len(variants))) if variants else np.eye(1)
         fractions = [design.seeds_at(i) / design.max_seeds for i in range(1, design.looks + 1)]
-        critical = boundary(fractions, correlation, design.alpha, design.spending)
+        critical = boundary(fractions, correlation, design.alpha, design.spending, draws=design.boundary_draws)
         state = {"critical": [float(c) for c in critical], "correlation": correlation.tolist()}
     for v in variants:
         if v not in decisions:

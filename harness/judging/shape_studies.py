@@ -22,7 +22,7 @@ at which each comparison is decided and the variant runs spent, beside the fixed
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,8 @@ from . import inference, loading, normalization, sequential, stats
 
 METRICS = stats.RETURN_METRICS
 FIXED_METHODS = (inference.MANY_TO_ONE, inference.BONFERRONI)
-STUDY_DRAWS = 50_000  # max-t draws per null report (the report uses 200,000): alpha to about +-0.001
+STUDY_DRAWS = 20_000  # max-t draws per null report (the report uses 200,000): alpha to about +-0.0015
+STUDY_BOUNDARY_DRAWS = 20_000  # a sequential design's boundary draws in a study (a grid uses 100,000)
 
 
 class StudyError(ValueError):
@@ -294,12 +295,19 @@ def folder_env(results_dir: Path) -> str:
     return envs[0]
 
 
-def parse_rules(text: str, look_every: int, max_seeds: int) -> list[sequential.SequentialDesign]:
+def parse_rules(
+    text: str, look_every: int, max_seeds: int, boundary_draws: int = STUDY_BOUNDARY_DRAWS
+) -> list[sequential.SequentialDesign]:
     """'paired:pocock,paired:obrien-fleming,adastop' -> designs (a paired rule names its spending)."""
     designs = []
     for item in [t.strip() for t in text.split(",") if t.strip()]:
         rule, _, spending = item.partition(":")
-        fields = {"rule": rule, "look_every": look_every, "max_seeds": max_seeds}
+        fields = {
+            "rule": rule,
+            "look_every": look_every,
+            "max_seeds": max_seeds,
+            "boundary_draws": STUDY_BOUNDARY_DRAWS,
+        }
         designs.append(sequential.SequentialDesign(**fields, **({"spending": spending} if spending else {})))
     return designs
 
@@ -312,19 +320,21 @@ def run_null(
     adastop_reports: int,
     compared: int,
     rng_seed: int = 0,
-) -> list[str]:
-    """The null study's markdown table over `folders` (shapes), fixed `seeds` designs and `designs`."""
-    rows = []
+) -> Iterator[str]:
+    """The null study's markdown table over `folders` (shapes), fixed `seeds` designs and `designs`,
+    a line as each row is measured."""
+    yield from format_null_rows([], compared)
     for folder in folders:
         env = folder_env(folder)
-        pool, shape = reference_pool(folder, env), f"{folder.name} ({env}, {len(reference_pool(folder, env))} runs)"
+        pool = reference_pool(folder, env)
+        shape = f"{folder.name} ({len(pool)} runs)"
         for n in seeds:
             for method in FIXED_METHODS:
-                rows.append(null_fixed(pool, shape, n, method, reports, compared, rng_seed))
+                yield format_null_rows([null_fixed(pool, shape, n, method, reports, compared, rng_seed)], compared)[-1]
         for design in designs:
             count = adastop_reports if design.rule == "adastop" else reports
-            rows.append(null_sequential(pool, shape, design, count, compared, rng_seed))
-    return format_null_rows(rows, compared)
+            row = null_sequential(pool, shape, design, count, compared, rng_seed)
+            yield format_null_rows([row], compared)[-1]
 
 
 def run_shift(
