@@ -198,7 +198,7 @@ def test_the_ends_may_be_runs_of_another_folder_read_with_the_study(tmp_path: Pa
         for seed, final in enumerate(finals):
             write_run(root, "Pendulum-v1", name, seed, float(final), spec=spec.to_dict())
     out = tmp_path / "report"
-    report.build_report(study, out, also=[campaign], variants=["two", "ref-init-xavier", "ref-batch_size-128"])
+    report.build_report(study, out, more_results=[campaign], variants=["two", "ref-init-xavier", "ref-batch_size-128"])
     rows = read_rows(out / "attribution.csv")
     assert [(r["difference"], r["role"], r["variant"], r["against"]) for r in rows] == [
         ("init", "added", "ref-init-xavier", "reference"),
