@@ -7,12 +7,14 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -43,6 +45,166 @@ def runs_row(env_id: str, variant: str, seed: int, status: dict) -> dict:
 
 def run_dir(out: Path, env_id: str, variant: str, seed: int) -> Path:
     return Path(out) / "runs" / env_id / variant / f"seed_{seed}"
+
+
+# --- reading run folders: every record verified before it is trusted -----------------------------
+
+
+class RunCheck(NamedTuple):
+    """What a run folder's records say, once verified: `state` (one of STATES) for a finished run whose
+    records agree, `problem` (one line) for one whose records are unreadable or disagree, neither for
+    an unfinished run (no status.json yet)."""
+
+    state: str | None
+    problem: str | None
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        raise ValueError(f"no {path.name}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path.name} is not valid JSON ({str(exc).splitlines()[0][:80]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return data
+
+
+def _eval_means(path: Path) -> list[tuple[int, float]]:
+    """(env_step, return_mean) of each row of an eval.csv; raises ValueError (one line) if it cannot be read."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ValueError("no eval.csv") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"eval.csv cannot be read ({exc})") from None
+    rows = list(csv.reader(lines))
+    if not rows or tuple(rows[0]) != EVAL_COLUMNS:
+        raise ValueError("eval.csv lacks its header")
+    out = []
+    for number, row in enumerate(rows[1:], start=2):
+        try:
+            if len(row) != len(EVAL_COLUMNS):
+                raise ValueError
+            out.append((int(row[0]), float(row[1])))
+        except ValueError:
+            raise ValueError(f"eval.csv line {number} is not a row of {len(EVAL_COLUMNS)} numbers") from None
+    return out
+
+
+def _budget_schedule(config: dict) -> tuple[int, list[int]]:
+    """(total env steps, the env steps of its evaluations) of a config.json's budget."""
+    budget = config.get("budget")
+    try:
+        total, points = int(budget["total_steps"]), int(budget["eval_points"])
+    except (TypeError, KeyError, ValueError):
+        raise ValueError("config.json has no readable budget") from None
+    if total < 1 or not 1 <= points <= total:
+        raise ValueError(f"config.json: budget of {total} steps and {points} evaluations is impossible")
+    return total, [round(i * total / points) for i in range(1, points + 1)]
+
+
+def _same(recorded: object, computed: float | None) -> bool:
+    if computed is None or recorded is None:
+        return recorded is None and computed is None
+    return isinstance(recorded, (int, float)) and math.isclose(float(recorded), computed, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _disagreement(status: dict, config: dict, evals: list[tuple[int, float]]) -> str | None:
+    """Why status.json, config.json and eval.csv of one finished run disagree, or None."""
+    state, steps = status.get("state"), status.get("env_steps")
+    if state not in STATES:
+        return f"status.json: state {state!r} is not one of {', '.join(STATES)}"
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        return f"status.json: env_steps {steps!r} is not a whole number"
+    total, schedule = _budget_schedule(config)
+    recorded = [step for step, _ in evals]
+    if state == "complete" and steps != total:
+        return f"a complete run of {steps:,} env steps, but its budget is {total:,}"
+    if steps > total:
+        return f"{steps:,} env steps recorded, past its budget of {total:,}"
+    expected = [s for s in schedule if s <= steps] if state == "complete" else schedule[: len(recorded)]
+    if recorded != expected or (recorded and recorded[-1] > steps):
+        return f"eval.csv holds {len(recorded)} evaluations (last at step {recorded[-1] if recorded else 0:,}), " + (
+            f"status.json says {steps:,} env steps of a {len(schedule)}-evaluation budget"
+        )
+    means = [mean for _, mean in evals]
+    final = finite_or_none(means[-1]) if means else None
+    auc = finite_or_none(float(np.mean(means))) if means else None
+    for key, value in (("final_return", final), ("auc_return", auc)):
+        if state != "complete" and status.get(key) is None:
+            continue  # a run that did not complete may leave its returns unrecorded
+        if not _same(status.get(key), value):
+            return f"status.json {key} {status.get(key)!r} disagrees with eval.csv ({value!r})"
+    return None
+
+
+def check_run(path: Path) -> RunCheck:
+    """Verify one run folder: a run counts as finished only when status.json, config.json and eval.csv
+    agree (its state, its env steps against the budget, the evaluations the budget schedules up to
+    them, final_return and auc_return against eval.csv's returns)."""
+    path = Path(path)
+    if not (path / "status.json").exists():
+        return RunCheck(None, None)
+    try:
+        status, config = _json_object(path / "status.json"), _json_object(path / "config.json")
+        problem = _disagreement(status, config, _eval_means(path / "eval.csv"))
+    except ValueError as exc:
+        problem = str(exc)
+    return RunCheck(None, problem) if problem else RunCheck(status["state"], None)
+
+
+def run_state(path: Path) -> str | None:
+    """The recorded state of a finished run folder whose records agree (`check_run`), else None."""
+    return check_run(path).state
+
+
+def run_folders(out: Path) -> Iterator[tuple[Path, str, str, int]]:
+    """(folder, env, variant, seed) of each `runs/<env>/<variant>/seed_<k>` folder under `out`, sorted."""
+    for path in sorted(Path(out).glob("runs/*/*/seed_*")):
+        try:
+            seed = int(path.name.removeprefix("seed_"))
+        except ValueError:
+            continue
+        if path.is_dir():
+            yield path, path.parts[-3], path.parts[-2], seed
+
+
+def collect_runs(out: Path, verified: bool = True) -> list[dict]:
+    """runs.csv rows rebuilt from every finished run folder under `out` whose records agree; with
+    `verified` false, from every readable status.json of a known state (for time estimates only)."""
+    rows = []
+    for path, env_id, variant, seed in run_folders(out):
+        if verified and run_state(path) is None:
+            continue
+        try:
+            status = read_json(path / "status.json")
+        except (OSError, ValueError):
+            continue
+        if isinstance(status, dict) and status.get("state") in STATES:
+            rows.append(runs_row(env_id, variant, seed, status))
+    return rows
+
+
+def inconsistent_runs(out: Path) -> list[tuple[str, str, int, str]]:
+    """(env, variant, seed, problem) of each run folder under `out` whose records cannot be trusted."""
+    found = []
+    for path, env_id, variant, seed in run_folders(out):
+        problem = check_run(path).problem
+        if problem:
+            found.append((env_id, variant, seed, problem))
+    return found
+
+
+def set_aside(out: Path, env_id: str, variant: str, seed: int) -> Path:
+    """Move a run folder out of `runs/` (to `repaired/<env>/<variant>/seed_<k>-<time>`, kept, never
+    deleted) so that the run is trained again; returns where it went."""
+    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = Path(out) / "repaired" / env_id / variant / f"seed_{seed}-{when}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    run_dir(out, env_id, variant, seed).replace(target)
+    return target
 
 
 # --- claiming a run: two grids on one results folder never train the same run -----------------------
@@ -92,6 +254,35 @@ def run_lock_holder(out: Path, env_id: str, variant: str, seed: int) -> str:
         return run_lock_path(out, env_id, variant, seed).read_text().strip()
     except OSError:
         return ""
+
+
+# A claim found held is tried again: probes (another grid planning, `harness status`) hold it for an instant
+# only, a process that trains the run for as long as it trains.
+CLAIM_ATTEMPTS = 3
+CLAIM_RETRY_S = 0.1
+
+
+def claim_run(out: Path, env_id: str, variant: str, seed: int) -> RunLock | None:
+    """`try_lock_run`, tried CLAIM_ATTEMPTS times CLAIM_RETRY_S apart while another process holds it."""
+    for _ in range(CLAIM_ATTEMPTS - 1):
+        lock = try_lock_run(out, env_id, variant, seed)
+        if lock is not None:
+            return lock
+        time.sleep(CLAIM_RETRY_S)
+    return try_lock_run(out, env_id, variant, seed)
+
+
+def claim_holder(out: Path, env_id: str, variant: str, seed: int) -> str | None:
+    """None when no other process holds the run's claim (`claim_run`); else the pid recorded by the
+    process that is training the run ('' when it cannot be read). Creates nothing where no process ever
+    claimed the run (a planning or a dry run of a new folder leaves it as it was)."""
+    if not run_lock_path(out, env_id, variant, seed).exists():
+        return None
+    lock = claim_run(out, env_id, variant, seed)
+    if lock is None:
+        return run_lock_holder(out, env_id, variant, seed)
+    lock.release()
+    return None
 
 
 # --- a grid's queue: what every grid on one results folder still means to train ----------------------
@@ -241,6 +432,22 @@ def _fmt(value: Any) -> Any:
     return "" if value is None else value
 
 
+def create_json(path: Path, obj: Any) -> bool:
+    """Write `obj` as JSON at `path` only if no file is there (atomically: complete or absent); returns
+    whether this call created it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    atomic_write_text(tmp, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
@@ -250,3 +457,75 @@ def finite_or_none(x: float | None) -> float | None:
         return None
     x = float(x)
     return x if x == x and abs(x) != float("inf") else None
+
+
+# --- what `harness status` shows of each run folder ------------------------------------------------
+
+
+def _config_int(path: Path, *keys: str) -> int | None:
+    """The integer at `keys` in a run folder's config.json, or None if it cannot be read."""
+    try:
+        value = read_json(path / "config.json")
+        for key in keys:
+            value = value[key]
+        return int(value)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def budget_steps(path: Path) -> int | None:
+    """A run folder's budget in env steps (config.json's), or None if it cannot be read."""
+    return _config_int(path, "budget", "total_steps")
+
+
+def recorded_members(path: Path) -> int:
+    """How many seeds a run folder's job trained together (config.json's `members`); 1 if unreadable."""
+    return max(1, _config_int(path, "members") or 1)
+
+
+def recorded_steps(path: Path) -> tuple[int | None, int | None]:
+    """(env steps recorded so far, the run's budget) of a run folder: the last diagnostics interval's
+    env_step (0 before the first) and config.json's budget; None for what cannot be read."""
+    total = budget_steps(path)
+    try:
+        lines = (path / "diagnostics.csv").read_text().split()
+        done = int(lines[-1].split(",")[0]) if len(lines) > 1 else 0
+    except (OSError, ValueError, IndexError):
+        done = None
+    return done, total
+
+
+def folder_states(out: Path) -> list[dict]:
+    """One row (env, variant, seed, state, holder, env_steps, total_steps, problem) per run folder under `out`: its
+    recorded state, or for an unfinished one 'training' while a process holds its claim (holder: that
+    pid) and 'stopped' otherwise (a rerun of its grid's command resumes it); for an unfinished one also
+    the env steps recorded so far and its budget (`recorded_steps`; None elsewhere); 'inconsistent' where
+    its records disagree (`check_run`; problem: why)."""
+    rows = []
+    for path in sorted(Path(out).glob("runs/*/*/seed_*")):
+        env_id, variant = path.parts[-3], path.parts[-2]
+        try:
+            seed = int(path.name.removeprefix("seed_"))
+        except ValueError:
+            continue
+        check = check_run(path)
+        state, holder, done, total = check.state, None, None, None
+        if check.problem is not None:
+            state = "inconsistent"
+        elif state is None:
+            holder = claim_holder(out, env_id, variant, seed)
+            state = "stopped" if holder is None else "training"
+            done, total = recorded_steps(path)
+        rows.append(
+            {
+                "env": env_id,
+                "variant": variant,
+                "seed": seed,
+                "state": state,
+                "holder": holder or "",
+                "env_steps": done,
+                "total_steps": total,
+                "problem": check.problem or "",
+            }
+        )
+    return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_stats import write_run
 
 from harness import machine, records
 from harness.cli import main
@@ -219,7 +220,7 @@ def test_a_bf16_grid_on_a_cpu_without_native_bf16_is_warned_about_and_still_run(
     assert main(args(tmp_path / "res")) == 0
     printed = capsys.readouterr().out
     assert "warning: 1 job(s) train in bf16, but this CPU (Some AVX2 CPU) has neither AVX512_BF16 nor AMX" in printed
-    assert {r["variant"]: r["state"] for r in grid.collect_runs(tmp_path / "res")}["bf16"] == "complete"
+    assert {r["variant"]: r["state"] for r in records.collect_runs(tmp_path / "res")}["bf16"] == "complete"
     config = records.read_json(records.run_dir(tmp_path / "res", "Pendulum-v1", "bf16", 0) / "config.json")
     assert config["platform"]["cpu"] == "Some AVX2 CPU" and config["platform"]["native_bf16"] == "false"
     monkeypatch.setattr(machine, "cpu_info", lambda: ("Some AMX CPU", frozenset({"avx2", "amx_bf16"})))
@@ -252,11 +253,12 @@ def test_a_run_another_process_is_training_is_left_to_it(tmp_path, capsys):
 def test_a_dry_run_lists_the_runs_left_in_grid_order_and_touches_nothing(tmp_path, capsys):
     out = tmp_path / "g"
     assert main(grid_args(out, 300, 3, "--dry-run")) == 0
-    printed = capsys.readouterr().out
-    assert "(0 already finished, 3 jobs of up to 1 seeds" in printed
-    assert [line.strip() for line in printed.splitlines()[-3:]] == [
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "grid: 1 variants x 1 envs x 3 seeds = 3 runs; would train, in this order:"
+    assert [line.strip() for line in printed[1:4]] == [
         f"Pendulum-v1  reference  seed {k}  (300 steps)" for k in range(3)
     ]
+    assert printed[4].startswith("dry run: 3 jobs (0 already finished, up to 1 seeds a job")
     assert not out.exists()  # planned without writing: no folder, no lock file
     assert main(grid_args(out, 300, 1, "--workers", "1")) == 0
     other = records.try_lock_run(out, "Pendulum-v1", "reference", 2)  # another grid trains seed 2
@@ -266,8 +268,8 @@ def test_a_dry_run_lists_the_runs_left_in_grid_order_and_touches_nothing(tmp_pat
         printed = capsys.readouterr().out
     finally:
         other.release()
-    assert "(1 already finished, 1 being trained by another process, 1 jobs" in printed
-    assert printed.splitlines()[-1].strip() == "Pendulum-v1  reference  seed 1  (300 steps)"
+    assert "dry run: 1 jobs (1 already finished, 1 being trained by another process," in printed
+    assert printed.splitlines()[-2].strip() == "Pendulum-v1  reference  seed 1  (300 steps)"
     assert sorted(p.name for p in out.glob("runs/*/*/seed_*")) == ["seed_0"]  # nothing trained
     assert main(grid_args(out, 300, 1, "--dry-run")) == 0
     assert "nothing to train" in capsys.readouterr().out
@@ -288,7 +290,7 @@ def test_a_job_trains_only_the_seeds_still_free_when_it_starts(tmp_path):
         str(tmp_path),
     )
     other = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 0)
-    records.write_json(records.run_dir(tmp_path, "Pendulum-v1", "reference", 1) / "status.json", {"state": "complete"})
+    write_run(tmp_path, "Pendulum-v1", "reference", 1)  # finished by another grid, its records agreeing
     try:
         with grid.claimed(job) as (mine, left_out):
             assert mine is not None and mine.seeds == (2,)
@@ -344,8 +346,8 @@ def test_a_claim_held_for_an_instant_by_a_probe_is_still_won(tmp_path):
     import threading
 
     probe = records.try_lock_run(tmp_path, "Pendulum-v1", "reference", 0)
-    threading.Timer(grid.CLAIM_RETRY_S / 2, probe.release).start()
-    lock = grid.claim_run(tmp_path, "Pendulum-v1", "reference", 0)
+    threading.Timer(records.CLAIM_RETRY_S / 2, probe.release).start()
+    lock = records.claim_run(tmp_path, "Pendulum-v1", "reference", 0)
     assert lock is not None
     lock.release()
 
@@ -367,8 +369,8 @@ def test_stop_after_starts_no_run_that_would_end_past_the_limit(tmp_path, capsys
     printed = capsys.readouterr()
     text = printed.out + printed.err
     assert "Pendulum-v1 naive-tanh seed 1: not started: its expected 1440 min would end past --stop-after" in text
-    assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
-    assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 1)) == "complete"
+    assert records.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
+    assert records.run_state(records.run_dir(out, "Pendulum-v1", "reference", 1)) == "complete"
     assert not records.run_dir(out, "Pendulum-v1", "naive-tanh", 1).exists()  # a rerun trains it
 
 
@@ -391,7 +393,7 @@ def test_stop_after_estimates_each_run_as_it_starts_from_the_runs_finished_since
     assert "Pendulum-v1 reference seed 1: not started: its expected 1440 min would end past --stop-after" in (
         printed.out + printed.err
     )
-    assert grid.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
+    assert records.run_state(records.run_dir(out, "Pendulum-v1", "reference", 0)) == "complete"
     assert not records.run_dir(out, "Pendulum-v1", "reference", 1).exists()
 
 

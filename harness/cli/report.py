@@ -115,10 +115,17 @@ def cmd_status(results: Path) -> int:
         raise UsageError(f"status: results folder {results} {problem}")
     if not (results / "runs").is_dir():
         raise UsageError(f"status: no run folders in {results} (expected {results / 'runs'})")
-    rows = grid.folder_states(results)
+    rows = records.folder_states(results)
     if not rows:
         raise UsageError(f"status: no run folders in {results / 'runs'}")
+    if all(r["state"] == "inconsistent" for r in rows):
+        raise UsageError(f"status: no run folder in {results / 'runs'} has records that agree ({rows[0]['problem']})")
     grid.print_state_table(rows)
+    for r in rows:
+        if r["state"] == "inconsistent":
+            print(
+                f"inconsistent: {r['env']} {r['variant']} seed {r['seed']}: {r['problem']} (run --repair retrains it)"
+            )
     for r in rows:
         if r["state"] == "training":
             print(

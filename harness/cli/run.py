@@ -104,6 +104,9 @@ def _add_execution_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     run.add_argument("--fresh", action="store_true", help="discard run folders of a different configuration")
+    run.add_argument(
+        "--repair", action="store_true", help="retrain runs whose records disagree (set aside under repaired/)"
+    )
     run.add_argument("--strict", action="store_true", help="exit 1 if any run failed or diverged")
     run.add_argument(
         "--dry-run",
@@ -153,19 +156,21 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     _require_backend(args)
     request, (targets, randoms) = grid_request(args, argv)
+    workers = 1 if request.device == "cuda" else args.workers
     try:
-        planned = grid.plan(request, fresh=args.fresh)
+        if args.dry_run:  # streamed: a huge grid's first lines come at once
+            grid.dry_run(request, launch.grid_size(request), workers)
+            return 0
+        planned = grid.plan(request, fresh=args.fresh, repair=args.repair)
+        grid.record_grid_identity(planned.jobs)
     except grid.ConfigConflict as exc:
         raise UsageError(str(exc)) from None
-    workers = 1 if request.device == "cuda" else args.workers
+    for line in planned.inconsistent:
+        print(f"inconsistent: {line}; not retrained (rerun with --repair)", flush=True)
     print(launch.plan_summary(request, planned, workers), flush=True)
     slow = grid.emulated_bf16_warning(planned.jobs, request.device)
     if slow:
         print(slow, flush=True)
-    if args.dry_run:
-        jobs = planned.jobs
-        print(grid.plan_text(jobs) if jobs else "nothing to train: every run is finished or being trained elsewhere")
-        return 0
     out = request.out
     live = (
         None
@@ -226,7 +231,7 @@ def grid_request(args: argparse.Namespace, argv: Sequence[str]) -> tuple[GridReq
         variants=variants,
         overrides=overrides,
         envs=list(refs),
-        seeds=list(range(args.seeds)),
+        seeds=range(args.seeds),
         budgets=budgets,
         out=out,
         device=device,

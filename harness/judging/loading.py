@@ -17,7 +17,7 @@ import pandas as pd
 
 from variants.catalog import CATALOG
 
-from ..records import EVAL_COLUMNS, STATES
+from ..records import EVAL_COLUMNS, STATES, check_run
 from . import normalization
 
 RUN_COLUMNS = ("env", "variant", "seed", "state", "final_return", "auc_return", "env_steps", "wall_s", "reason")
@@ -233,6 +233,9 @@ def _read_run_folder(folder: Path) -> tuple[dict, dict, pd.DataFrame, pd.DataFra
 
     curve = _read_csv_checked(folder / "eval.csv", EVAL_COLUMNS)
     diag = _read_csv_checked(folder / "diagnostics.csv", DIAGNOSTICS_REQUIRED)
+    problem = check_run(folder).problem  # status.json, config.json and eval.csv must agree
+    if problem:
+        raise CorruptRecord(problem)
     row = {
         "env": env,
         "variant": variant,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import heapq
 import multiprocessing
 import os
 import shutil
@@ -24,6 +25,15 @@ import numpy as np
 from variants.catalog import CatalogEntry
 
 from .. import machine, records
+from ..records import (  # noqa: F401  (read by the CLI and sequential grids)
+    budget_steps,
+    claim_holder,
+    claim_run,
+    collect_runs,
+    folder_states,
+    recorded_members,
+    run_state,
+)
 from .envs import EnvRef
 from .errors import WorkerCrashed
 from .implementations import TRAINERS, run_job
@@ -63,146 +73,229 @@ class GridRequest:
         }
 
 
-def run_state(path: Path) -> str | None:
-    """The recorded state of a finished run folder, or None if it is unfinished or unreadable."""
-    try:
-        state = records.read_json(path / "status.json").get("state")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return state if state in records.STATES else None
-
-
 class Plan(NamedTuple):
     jobs: list[Job]  # the runs still to do, in the order to run them
     finished: int  # runs skipped as already finished
     elsewhere: int  # runs skipped as being trained by another process (another grid on the same folder)
-
-
-# A claim found held is tried again: probes (another grid planning, `harness status`) hold it for an instant
-# only, a process that trains the run for as long as it trains.
-CLAIM_ATTEMPTS = 3
-CLAIM_RETRY_S = 0.1
-
-
-def claim_run(out: Path, env_id: str, variant: str, seed: int) -> records.RunLock | None:
-    """`records.try_lock_run`, tried CLAIM_ATTEMPTS times CLAIM_RETRY_S apart while another process holds it."""
-    for _ in range(CLAIM_ATTEMPTS - 1):
-        lock = records.try_lock_run(out, env_id, variant, seed)
-        if lock is not None:
-            return lock
-        time.sleep(CLAIM_RETRY_S)
-    return records.try_lock_run(out, env_id, variant, seed)
-
-
-def claim_holder(out: Path, env_id: str, variant: str, seed: int) -> str | None:
-    """None when no other process holds the run's claim (`claim_run`); else the pid recorded by the
-    process that is training the run ('' when it cannot be read). Creates nothing where no process ever
-    claimed the run (a planning or a dry run of a new folder leaves it as it was)."""
-    if not records.run_lock_path(out, env_id, variant, seed).exists():
-        return None
-    lock = claim_run(out, env_id, variant, seed)
-    if lock is None:
-        return records.run_lock_holder(out, env_id, variant, seed)
-    lock.release()
-    return None
+    inconsistent: list[str] = []  # one line per run skipped because its records disagree (see --repair)
 
 
 def _pid_text(holder: str) -> str:
     return f" (pid {holder})" if holder else ""
 
 
-def plan(request: GridRequest, fresh: bool = False) -> Plan:
-    """Jobs for the runs still to do, and how many runs were skipped as finished or as claimed by
-    another process (a second grid on the same results folder: it keeps them).
+@dataclass
+class PlanTally:
+    """What planning skipped so far (`iter_plan` adds to it as it goes)."""
 
-    Raises ConfigConflict when a run folder holds a different configuration (unless `fresh`), or when
-    `fresh` would discard a run that another process is training.
+    finished: int = 0
+    elsewhere: int = 0
+    inconsistent: list[str] = field(default_factory=list)
+
+
+def plan(request: GridRequest, fresh: bool = False, repair: bool = False) -> Plan:
+    """Jobs for the runs still to do, and how many runs were skipped as finished or as claimed by
+    another process (a second grid on the same results folder: it keeps them), and the runs skipped
+    because their records disagree (`records.check_run`; with `repair` they are set aside and retrained).
+
+    Raises ConfigConflict when the folder holds runs of the same names but a different configuration
+    (unless `fresh`), or when `fresh` would discard a run that another process is training.
     """
-    jobs: list[Job] = []
-    skipped = elsewhere = 0
+    if fresh:
+        discard(request)
+    tally = PlanTally()
+    jobs = list(iter_plan(request, tally, repair))
+    return Plan(jobs, tally.finished, tally.elsewhere, tally.inconsistent)
+
+
+def discard(request: GridRequest) -> None:
+    """`--fresh`: delete the run folders and checkpoints of the grid's runs, after making sure that no
+    other process is training one of them (it would go on writing into nothing)."""
     for env_id in request.envs:
-        for name, entry in request.variants.items():
-            todo: list[int] = []
-            if fresh:  # discarding a run another process is training would leave it writing into nothing
-                for seed in request.seeds:
-                    holder = claim_holder(request.out, env_id, name, seed)
-                    if holder is not None:
-                        raise ConfigConflict(
-                            f"--fresh: {env_id} {name} seed {seed} is being trained by another "
-                            f"process{_pid_text(holder)}; stop it first, or use another --out"
-                        )
+        for name in request.variants:
             for seed in request.seeds:
-                probe = Job(
-                    name,
-                    entry.description,
-                    entry.spec,
-                    request.overrides,
-                    env_id,
-                    (seed,),
-                    request.budgets[env_id],
-                    str(request.out),
-                    request.device,
-                    request.command,
-                    entry.implementation,
-                    **request.job_options(env_id),
-                )
-                path = records.run_dir(request.out, env_id, name, seed)
-                if fresh:
-                    shutil.rmtree(path, ignore_errors=True)
-                if (path / "config.json").exists():
-                    try:
-                        old = identity(records.read_json(path / "config.json"))
-                    except (OSError, ValueError):
-                        old = None
-                    if old is not None and old != identity(probe.run_config(seed)):
-                        raise ConfigConflict(
-                            f"{path} holds a run with a different configuration; use another --out, "
-                            f"or --fresh to discard it"
-                        )
-                    if old is not None and run_state(path) is not None:
-                        skipped += 1
-                        continue
-                if claim_holder(request.out, env_id, name, seed) is not None:
-                    elsewhere += 1
-                    continue
-                todo.append(seed)
-            if fresh:
-                shutil.rmtree(Path(request.out) / "checkpoints" / env_id / name, ignore_errors=True)
-            per_job = request.members if TRAINERS[entry.implementation].batches_members else 1
-            for i in range(0, len(todo), per_job):
-                chunk = tuple(todo[i : i + per_job])
-                jobs.append(
-                    Job(
-                        name,
-                        entry.description,
-                        entry.spec,
-                        request.overrides,
-                        env_id,
-                        chunk,
-                        request.budgets[env_id],
-                        str(request.out),
-                        request.device,
-                        request.command,
-                        entry.implementation,
-                        **request.job_options(env_id),
+                holder = claim_holder(request.out, env_id, name, seed)
+                if holder is not None:
+                    raise ConfigConflict(
+                        f"--fresh: {env_id} {name} seed {seed} is being trained by another "
+                        f"process{_pid_text(holder)}; stop it first, or use another --out"
                     )
-                )
-    # The cheapest environment first, and seed-major within it: every variant gets seed k before any
-    # gets seed k+1, so a partial grid (stopped, or still running) holds comparable, paired evidence.
-    jobs.sort(key=lambda job: (job.budget.total_steps, job.seeds[0]))
-    return Plan(jobs, skipped, elsewhere)
+    for env_id in request.envs:
+        for name in request.variants:
+            for seed in request.seeds:
+                shutil.rmtree(records.run_dir(request.out, env_id, name, seed), ignore_errors=True)
+            shutil.rmtree(Path(request.out) / "checkpoints" / env_id / name, ignore_errors=True)
+            (Path(request.out) / "runs" / env_id / name / GRID_IDENTITY).unlink(missing_ok=True)
+
+
+def iter_plan(request: GridRequest, tally: PlanTally, repair: bool = False) -> Iterator[Job]:
+    """The jobs of `plan`, lazily and in the order a grid runs them: the cheapest environment first, and
+    seed-major within it (every variant gets seed k before any gets seed k+1), so a partial grid (stopped,
+    or still running) holds comparable, paired evidence. A huge grid's first jobs come at once."""
+    streams = [
+        _variant_jobs(request, env_id, name, entry, tally, repair)
+        for env_id in request.envs
+        for name, entry in request.variants.items()
+    ]
+    # heapq.merge is stable: equal keys keep the env-major, variant order of `streams`
+    return heapq.merge(*streams, key=lambda job: (job.budget.total_steps, job.seeds[0]))
+
+
+def _variant_jobs(
+    request: GridRequest, env_id: str, name: str, entry: CatalogEntry, tally: PlanTally, repair: bool
+) -> Iterator[Job]:
+    """The jobs of one (env, variant) in seed order: its unfinished seeds in chunks of up to `members`."""
+    job = Job(
+        name,
+        entry.description,
+        entry.spec,
+        request.overrides,
+        env_id,
+        (request.seeds[0],) if len(request.seeds) else (0,),
+        request.budgets[env_id],
+        str(request.out),
+        request.device,
+        request.command,
+        entry.implementation,
+        **request.job_options(env_id),
+    )
+    _check_grid_identity(request.out, job)
+    per_job = request.members if TRAINERS[entry.implementation].batches_members else 1
+    chunk: list[int] = []
+    for seed in request.seeds:
+        if _seed_to_train(request.out, job, seed, tally, repair):
+            chunk.append(seed)
+        if len(chunk) == per_job:
+            yield dataclasses.replace(job, seeds=tuple(chunk))
+            chunk = []
+    if chunk:
+        yield dataclasses.replace(job, seeds=tuple(chunk))
+
+
+def _seed_to_train(out: Path, job: Job, seed: int, tally: PlanTally, repair: bool) -> bool:
+    """Whether one run of `job` is still to train; counts it in `tally` where it is not."""
+    path = records.run_dir(out, job.env_id, job.variant, seed)
+    if (path / "config.json").exists():
+        try:
+            old = identity(records.read_json(path / "config.json"))
+        except (OSError, ValueError):
+            old = None
+        if old is not None and old != identity(job.identity_config(seed)):
+            raise ConfigConflict(
+                f"{path} holds a run with a different configuration ({_difference(old, job, seed)}); "
+                "use another --out, or --fresh to discard it"
+            )
+    check = records.check_run(path)
+    if check.state is not None:
+        tally.finished += 1
+        return False
+    if claim_holder(out, job.env_id, job.variant, seed) is not None:
+        tally.elsewhere += 1
+        return False
+    if check.problem is not None:
+        if repair:
+            records.set_aside(out, job.env_id, job.variant, seed)
+            return True
+        tally.inconsistent.append(f"{job.env_id} {job.variant} seed {seed}: {check.problem}")
+        return False
+    return True
+
+
+# Each (env, variant) folder of a results folder records the configuration its runs share (identity
+# without the seed) when its first grid plans it: a later grid of another budget, spec or environment
+# arguments is refused before it trains a run, whether the first is still running or finished.
+GRID_IDENTITY = "grid_identity.json"
+
+
+def _check_grid_identity(out: Path, job: Job) -> None:
+    """Raise ConfigConflict when the (env, variant) of `job` in `out` was planned with another
+    configuration (its GRID_IDENTITY, else the config.json of any of its runs); record it otherwise."""
+    mine = {k: v for k, v in identity(job.identity_config(0)).items() if k != "seed"}
+    folder = Path(out) / "runs" / job.env_id / job.variant
+    recorded = None
+    candidates = [folder / GRID_IDENTITY, *sorted(folder.glob("seed_*/config.json"))] if folder.is_dir() else []
+    for path in candidates:
+        try:
+            data = records.read_json(path)
+        except (OSError, ValueError):
+            continue
+        recorded = data if path.name == GRID_IDENTITY else identity(data)
+        recorded = {k: v for k, v in recorded.items() if k != "seed"}
+        break
+    if recorded is not None and recorded != mine:
+        raise ConfigConflict(
+            f"{folder} holds runs of a different configuration ({_difference(recorded, job, 0)}); "
+            "use another --out, or --fresh to discard them"
+        )
+
+
+def record_grid_identity(jobs: Sequence[Job]) -> None:
+    """Write GRID_IDENTITY for each (env, variant) of `jobs` that has none, as a grid starts. The file is
+    created only where none exists (two grids starting together: the second is compared with the first's
+    and refused with ConfigConflict where they differ)."""
+    for job in {(j.out, j.env_id, j.variant): j for j in jobs}.values():
+        path = Path(job.out) / "runs" / job.env_id / job.variant / GRID_IDENTITY
+        mine = {k: v for k, v in identity(job.identity_config(0)).items() if k != "seed"}
+        if not records.create_json(path, mine):
+            _check_grid_identity(Path(job.out), job)
+
+
+def _difference(recorded: dict, job: Job, seed: int) -> str:
+    """The fields where a recorded identity differs from `job`'s, as 'budget: ... here, ... recorded'."""
+    mine = identity(job.identity_config(seed))
+    parts = []
+    for key in sorted(set(recorded) | set(mine)):
+        if key == "seed" or recorded.get(key) == mine.get(key):
+            continue
+        a, b = recorded.get(key), mine.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = [
+                f"{k} {b.get(k)!r} here, {a.get(k)!r} recorded" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+            ]
+            parts.append(f"{key}: {', '.join(inner)}")
+        else:
+            parts.append(f"{key}: {b!r} here, {a!r} recorded")
+    return "; ".join(parts) or "recorded differently"
+
+
+def job_line(job: Job) -> str:
+    """One planned job: env, variant, seeds, env steps."""
+    seeds = ", ".join(map(str, job.seeds))
+    return (
+        f"  {job.env_id}  {job.variant}  seed{'s' if len(job.seeds) > 1 else ''} {seeds}  "
+        f"({job.budget.total_steps:,} steps)"
+    )
 
 
 def plan_text(jobs: Sequence[Job]) -> str:
     """The jobs one per line, in the order a grid runs them: env, variant, seeds, env steps."""
-    lines = ["would train, in this order:"]
-    for job in jobs:
-        seeds = ", ".join(map(str, job.seeds))
-        lines.append(
-            f"  {job.env_id}  {job.variant}  seed{'s' if len(job.seeds) > 1 else ''} {seeds}  "
-            f"({job.budget.total_steps:,} steps)"
-        )
-    return "\n".join(lines)
+    return "\n".join(["would train, in this order:", *map(job_line, jobs)])
+
+
+ESTIMATED_JOBS = 10_000  # a dry run estimates the time of a grid of at most this many jobs
+
+
+def dry_run(request: GridRequest, head: str, workers: int, log=print) -> None:
+    """Print `head`, then each job still to train as planning finds it (the first lines of a huge grid
+    come at once), then what was skipped and, for a grid of up to ESTIMATED_JOBS jobs, its time."""
+    log(f"{head}; would train, in this order:", flush=True)
+    tally, count, kept = PlanTally(), 0, []
+    for job in iter_plan(request, tally):
+        log(job_line(job), flush=count < 100)
+        count += 1
+        if count <= ESTIMATED_JOBS:
+            kept.append(job)
+    if count == 0:
+        log("nothing to train: every run is finished or being trained elsewhere")
+    for line in tally.inconsistent:
+        log(f"inconsistent: {line}; not retrained (rerun with --repair)")
+    estimate = f"; estimated {estimate_seconds(kept, workers) / 60:.1f} min" if count <= ESTIMATED_JOBS else ""
+    log(
+        f"dry run: {count} jobs ({tally.finished} already finished, "
+        + (f"{tally.elsewhere} being trained by another process, " if tally.elsewhere else "")
+        + (f"{len(tally.inconsistent)} with records that disagree, " if tally.inconsistent else "")
+        + f"up to {request.members} seeds a job, {workers} workers, {request.device}){estimate}"
+    )
 
 
 @contextlib.contextmanager
@@ -224,9 +317,14 @@ def claimed(job: Job) -> Iterator[tuple[Job | None, list[str]]]:
                 holder = records.run_lock_holder(job.out, job.env_id, job.variant, seed)
                 left_out.append(f"{name}: left to another process that is training it{_pid_text(holder)}")
                 continue
-            if run_state(records.run_dir(job.out, job.env_id, job.variant, seed)) is not None:
+            check = records.check_run(records.run_dir(job.out, job.env_id, job.variant, seed))
+            if check.state is not None or check.problem is not None:
                 lock.release()
-                left_out.append(f"{name}: finished by another process since this grid was planned; kept as it is")
+                left_out.append(
+                    f"{name}: finished by another process since this grid was planned; kept as it is"
+                    if check.state is not None
+                    else f"{name}: its records disagree ({check.problem}); not retrained (rerun with --repair)"
+                )
                 continue
             locks.append(lock)
             kept.append(seed)
@@ -272,7 +370,7 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     of the same budget (an exception at a given step, as critic-first's at its first update, recurs on
     every seed); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
     job's wall time, so it counts as that time / m a seed."""
-    finished = {folder: collect_runs(Path(folder)) for folder in {job.out for job in jobs}}
+    finished = {folder: collect_runs(Path(folder), verified=False) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
         mine = [
@@ -577,88 +675,11 @@ def _drain(queue, progress: Progress) -> None:
             return
 
 
-def collect_runs(out: Path) -> list[dict]:
-    """runs.csv rows rebuilt from every finished run folder under `out`."""
-    rows = []
-    for path in sorted(Path(out).glob("runs/*/*/seed_*")):
-        state = run_state(path)
-        if state is None:
-            continue
-        status = records.read_json(path / "status.json")
-        env_id, variant, seed = path.parts[-3], path.parts[-2], int(path.name.removeprefix("seed_"))
-        rows.append(records.runs_row(env_id, variant, seed, status))
-    return rows
-
-
 def still_to_come(out: Path) -> int:
     """Runs queued by the grids alive now on `out` (`records.live_queues`) and not yet finished: each run
     counted once, however many grids plan it (the same command started twice)."""
     queued = {run for queue in records.live_queues(out) for run in queue}
     return sum(run_state(records.run_dir(out, *run)) is None for run in queued)
-
-
-def _config_int(path: Path, *keys: str) -> int | None:
-    """The integer at `keys` in a run folder's config.json, or None if it cannot be read."""
-    try:
-        value = records.read_json(path / "config.json")
-        for key in keys:
-            value = value[key]
-        return int(value)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def budget_steps(path: Path) -> int | None:
-    """A run folder's budget in env steps (config.json's), or None if it cannot be read."""
-    return _config_int(path, "budget", "total_steps")
-
-
-def recorded_members(path: Path) -> int:
-    """How many seeds a run folder's job trained together (config.json's `members`); 1 if unreadable."""
-    return max(1, _config_int(path, "members") or 1)
-
-
-def recorded_steps(path: Path) -> tuple[int | None, int | None]:
-    """(env steps recorded so far, the run's budget) of a run folder: the last diagnostics interval's
-    env_step (0 before the first) and config.json's budget; None for what cannot be read."""
-    total = budget_steps(path)
-    try:
-        lines = (path / "diagnostics.csv").read_text().split()
-        done = int(lines[-1].split(",")[0]) if len(lines) > 1 else 0
-    except (OSError, ValueError, IndexError):
-        done = None
-    return done, total
-
-
-def folder_states(out: Path) -> list[dict]:
-    """One row (env, variant, seed, state, holder, env_steps, total_steps) per run folder under `out`: its
-    recorded state, or for an unfinished one 'training' while a process holds its claim (holder: that
-    pid) and 'stopped' otherwise (a rerun of its grid's command resumes it); for an unfinished one also
-    the env steps recorded so far and its budget (`recorded_steps`; None elsewhere)."""
-    rows = []
-    for path in sorted(Path(out).glob("runs/*/*/seed_*")):
-        env_id, variant = path.parts[-3], path.parts[-2]
-        try:
-            seed = int(path.name.removeprefix("seed_"))
-        except ValueError:
-            continue
-        state, holder, done, total = run_state(path), None, None, None
-        if state is None:
-            holder = claim_holder(out, env_id, variant, seed)
-            state = "stopped" if holder is None else "training"
-            done, total = recorded_steps(path)
-        rows.append(
-            {
-                "env": env_id,
-                "variant": variant,
-                "seed": seed,
-                "state": state,
-                "holder": holder or "",
-                "env_steps": done,
-                "total_steps": total,
-            }
-        )
-    return rows
 
 
 def print_state_table(grid_rows: list[dict], log=print) -> dict[str, int]:

@@ -15,14 +15,21 @@ from . import grid
 from .train import Job
 
 
+def grid_size(request: grid.GridRequest) -> str:
+    """'grid: V variants x E envs x S seeds = N runs'."""
+    runs = len(request.variants) * len(request.envs) * len(request.seeds)
+    return (
+        f"grid: {len(request.variants)} variants x {len(request.envs)} envs x {len(request.seeds)} seeds = {runs} runs"
+    )
+
+
 def plan_summary(request: grid.GridRequest, planned: grid.Plan, workers: int) -> str:
     """One line: the grid's size, what is left to train and how, and the estimated wall time."""
-    runs = len(request.variants) * len(request.envs) * len(request.seeds)
     eta = grid.estimate_seconds(planned.jobs, workers)
     return (
-        f"grid: {len(request.variants)} variants x {len(request.envs)} envs x {len(request.seeds)} seeds = "
-        f"{runs} runs ({planned.finished} already finished, "
+        f"{grid_size(request)} ({planned.finished} already finished, "
         + (f"{planned.elsewhere} being trained by another process, " if planned.elsewhere else "")
+        + (f"{len(planned.inconsistent)} with records that disagree, " if planned.inconsistent else "")
         + f"{len(planned.jobs)} jobs of up to {request.members} seeds, {workers} workers, {request.device}); "
         f"estimated {eta / 60:.1f} min"
     )

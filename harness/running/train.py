@@ -63,6 +63,19 @@ class Job:
     def key(self) -> str:
         return f"{self.env_id}/{self.variant}/seeds {','.join(map(str, self.seeds))}"
 
+    def identity_config(self, seed: int) -> dict:
+        """The fields of `run_config(seed)` that `identity` reads, without provenance (cheap to build)."""
+        return {
+            "variant": self.variant,
+            "implementation": self.implementation,
+            "spec": self.spec.to_dict(),
+            "env": self.env_id,
+            "seed": seed,
+            "budget": self.budget.to_dict(),
+            "env_entry": self.environment.entry,
+            "env_kwargs": self.environment.kwargs,
+        }
+
     def run_config(self, seed: int) -> dict:
         """config.json of one run; its identity is everything but provenance (see `identity`)."""
         return {
