@@ -30,6 +30,16 @@ class SequentialGridError(ValueError):
     """The results folder holds looks of another design, or looks that cannot be read (one line)."""
 
 
+def design_from(rule: str | None, look_every: int | None, max_seeds: int | None) -> sequential.SequentialDesign:
+    """The design of `--rule`, `--look-every` and `--max-seeds`, each the design's default where None.
+    Raises SequentialGridError (one line) for a design the rules refuse."""
+    given = {"rule": rule, "look_every": look_every, "max_seeds": max_seeds}
+    try:
+        return sequential.SequentialDesign(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise SequentialGridError(str(exc)) from None
+
+
 def start_or_resume(out: Path, asked: dict) -> looks.Looks:
     """The looks recorded in `out` when their design is `asked` (a resumed grid), a fresh record when
     there are none. Raises SequentialGridError when `out` records another design or an unreadable file."""

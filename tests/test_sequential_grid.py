@@ -254,3 +254,102 @@ def test_a_grid_that_cannot_be_judged_look_by_look_is_refused_in_one_line(tmp_pa
         sequential_grid.check_request(raw, DESIGN, "reference")
     anchored = dataclasses.replace(raw, normalization={"MountainCarContinuous-v0": {"target": 90.0, "random": -30.0}})
     sequential_grid.check_request(anchored, DESIGN, "reference")  # --target/--random given: accepted
+
+
+# --- end to end: `harness run --until-decided` with tiny real runs ----------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--set", "learning_starts=100", "--set", "hidden_sizes=32,32", "--set", "batch_size=64"]
+
+
+def until_decided_args(out: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--variants",
+        "reference,critic-first,naive-tanh",
+        "--envs",
+        ENV,
+        "--profile",
+        "smoke",
+        "--steps",
+        "300",
+        *SMALL,
+        "--until-decided",
+        "--look-every",
+        "2",
+        "--max-seeds",
+        "4",
+        "--workers",
+        "1",
+        "--no-report",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def test_until_decided_closes_a_failing_variant_at_look_1_and_a_killed_grid_resumes_to_the_same_decisions(
+    tmp_path, capsys
+):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harness.cli import main
+
+    assert main(until_decided_args(tmp_path / "whole")) == 0
+    printed = capsys.readouterr().out
+    assert "look 1 judged: Pendulum-v1 critic-first worse (failure) on final_return, auc_return" in printed
+    whole = looks.read_looks(tmp_path / "whole")
+    found = by_key(whole)
+    assert (found[("critic-first", "final_return")].look, found[("critic-first", "final_return")].seeds) == (1, 2)
+    assert sorted(p.name for p in (tmp_path / "whole/runs" / ENV / "critic-first").iterdir()) == ["seed_0", "seed_1"]
+    tanh = found[("naive-tanh", "final_return")]
+    assert tanh.verdict != "open" or (whole.end == looks.END_MAXIMUM and tanh.seeds == 4)
+    assert main(["status", str(tmp_path / "whole")]) == 0
+    status = capsys.readouterr().out
+    assert "critic-first vs reference, final_return: worse, decided at look 1, 2 seeds (every run failed" in status
+    assert f"naive-tanh vs reference, final_return: {looks.comparison_text(tanh, whole)}" in status
+
+    # Killed (SIGKILL) while look 1 trains its fourth run, then rerun: the same looks, byte for byte.
+    command = [sys.executable, "-m", "harness", *until_decided_args(tmp_path / "killed")]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = records.run_dir(tmp_path / "killed", ENV, "reference", 1) / "config.json"
+    deadline = time.time() + 300
+    while not started.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed/looks.json").exists()  # killed before look 1 was judged
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "killed/looks.json").read_bytes() == (tmp_path / "whole/looks.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--look-every", "1"], "--look-every must be at least 2"),
+        (["--max-seeds", "1"], "--max-seeds (1) must be at least --look-every (2)"),
+        (["--rule", "coin"], "unknown sequential rule 'coin' (known: paired, adastop)"),
+        (["--backend", "ray"], "--until-decided works with the local backend only"),
+        (["--fresh"], "--until-decided with --fresh"),
+    ],
+)
+def test_bad_sequential_options_are_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    from harness.cli import main
+
+    assert main([*until_decided_args(tmp_path / "g"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "g/runs").exists()
+
+
+def test_the_cli_defaults_are_the_designs():
+    from harness.cli import build_parser
+
+    args = build_parser().parse_args(["run", "--variants", "reference", "--until-decided"])
+    default = sequential.SequentialDesign()
+    assert sequential_grid.design_from(args.rule, args.look_every, args.max_seeds) == default
