@@ -347,9 +347,14 @@ def test_bad_sequential_options_are_one_line_and_exit_2(tmp_path, capsys, extra,
     assert not (tmp_path / "g/runs").exists()
 
 
-def test_the_cli_defaults_are_the_designs():
-    from harness.cli import build_parser
+def test_the_defaults_the_help_states_are_the_designs(capsys):
+    from harness.cli import main
 
-    args = build_parser().parse_args(["run", "--variants", "reference", "--until-decided"])
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
     default = sequential.SequentialDesign()
-    assert sequential_grid.design_from(args.rule, args.look_every, args.max_seeds) == default
+    assert f"seeds per look (default {default.look_every})" in text
+    assert f"the most seeds a comparison gets (default {default.max_seeds})" in text
+    assert f"{default.rule} (default;" in text
+    assert sequential_grid.design_from(None, None, None) == default

@@ -142,7 +142,21 @@ def cmd_status(results: Path) -> int:
     grids = len(records.live_queues(results))
     if grids:
         print(f"still to come: {grid.still_to_come(results)} runs queued by {grids} grid(s) running on this folder")
+    _print_looks(results)
     return 0
+
+
+def _print_looks(results: Path) -> None:
+    """Where each comparison of a sequential grid (`run --until-decided`) stands, if `results` is one."""
+    from ..judging import looks
+
+    try:
+        state = looks.read_looks(results)
+    except looks.LooksError as exc:
+        print(f"warning: {exc}")
+        return
+    for line in looks.summary_lines(state) if state is not None else ():
+        print(line)
 
 
 def _steps_text(row: dict) -> str:

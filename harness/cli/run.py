@@ -49,7 +49,33 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     _add_grid_options(parser)
     _add_execution_options(parser)
     _add_reporting_options(parser)
+    _add_sequential_options(parser)
     add_score_anchor_options(parser)
+
+
+def _add_sequential_options(run: argparse.ArgumentParser) -> None:
+    """Seeds added look by look until the verdicts are reached (harness.sequential_grid, harness.cli.sequential)."""
+    run.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="add seeds in looks of --look-every, seed-major, judging every comparison with the reference "
+        "after each, until all are decided or --max-seeds is reached (docs/protocol.md); --seeds is not used",
+    )
+    run.add_argument(
+        "--look-every", type=positive_int("--look-every"), default=None, metavar="K", help="seeds per look (default 5)"
+    )
+    run.add_argument(
+        "--max-seeds",
+        type=positive_int("--max-seeds"),
+        default=None,
+        metavar="N",
+        help="the most seeds a comparison gets (default 30)",
+    )
+    run.add_argument(
+        "--rule",
+        default=None,
+        help="the sequential rule: paired (default; per-seed differences) or adastop (harness/judging/sequential.py)",
+    )
 
 
 def _add_grid_options(run: argparse.ArgumentParser) -> None:
@@ -154,6 +180,10 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from ..live import LiveReport
     from ..running import grid, launch
 
+    if args.until_decided:
+        from .sequential import cmd_run_until_decided
+
+        return cmd_run_until_decided(args, argv)
     _require_backend(args)
     request, (targets, randoms) = grid_request(args, argv)
     workers = 1 if request.device == "cuda" else args.workers
