@@ -78,7 +78,7 @@ def unfinished_runs(out: Path, trained: Mapping[str, Sequence[str]], n: int) -> 
         for env, names in trained.items()
         for variant in names
         for seed in range(n)
-        if grid.run_state(records.run_dir(out, env, variant, seed)) is None
+        if records.run_state(records.run_dir(out, env, variant, seed)) is None
     ]
 
 
