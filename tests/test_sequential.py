@@ -158,3 +158,16 @@ def test_paired_rule_holds_its_family_wise_error_on_normal_nulls() -> None:
         final = _run(scores, design)[-1]
         spurious += any(d.verdict in (sq.BETTER, sq.WORSE) for d in final.decisions.values())
     assert spurious / 300 <= 0.082
+
+
+def test_bonferroni_multiplicity_is_each_comparisons_own_boundary_at_alpha_over_m() -> None:
+    scores = _scores(np.random.default_rng(5), seeds=10)
+    design = sq.SequentialDesign(look_every=5, max_seeds=10)
+    assert design.multiplicity == "bonferroni"
+    look = sq.decide_look(scores, "reference", 1, design)
+    alone = sq.boundary([0.5, 1.0], np.eye(1), 0.05 / 3, "pocock")
+    np.testing.assert_allclose(look.state["critical"], alone)
+    many = sq.decide_look(
+        scores, "reference", 1, sq.SequentialDesign(look_every=5, max_seeds=10, multiplicity="many-to-one")
+    )
+    assert many.state["critical"][1] <= look.state["critical"][1] + 0.02  # a joint boundary is never wider

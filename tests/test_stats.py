@@ -505,5 +505,9 @@ def test_power_table_summarizes_the_verdicts_detectable_differences(tmp_path: Pa
     level = row["level"]
     se = half / scipy.stats.t.ppf(0.5 + level / 2, row["n_pairs"] - 1)
     assert row["mdd"] == pytest.approx(inference.minimum_detectable_difference(se, row["n_pairs"] - 1, level))
+    assert (verdicts["method"] == inference.BONFERRONI).all() and level == pytest.approx(1 - 0.05 / 6)
     # Many-to-one max-t intervals are never wider than Bonferroni's (the union bound) at the same alpha.
-    assert (verdicts["method"] == inference.MANY_TO_ONE).all() and level < 1 - 0.05 / 6
+    many = stats.verdict_table(runs, "reference", method=inference.MANY_TO_ONE, effect_sizes=False)
+    assert (many["method"] == inference.MANY_TO_ONE).all() and (many["level"] < 1 - 0.05 / 6).all()
+    narrower = many["ci_high"] - many["ci_low"] <= verdicts["ci_high"] - verdicts["ci_low"]
+    assert narrower[verdicts["ci_low"].notna()].all()

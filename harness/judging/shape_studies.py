@@ -154,7 +154,7 @@ def null_sequential(
 
 
 def design_name(design: sequential.SequentialDesign) -> str:
-    rule = design.rule if design.rule != "paired" else f"paired, {design.spending}"
+    rule = design.rule if design.rule != "paired" else f"paired, {design.spending}, {design.multiplicity}"
     return f"sequential {rule}, looks every {design.look_every} to {design.max_seeds}"
 
 
@@ -202,8 +202,8 @@ def shift_study(
     draws[:, 1, :] += shift
     rows = []
     for n in fixed_seeds:
-        calls = [fixed_calls(report[:, :n], inference.MANY_TO_ONE)[0] for report in draws]
-        rows.append(_shift_row(shape, f"fixed {n} seeds, {inference.MANY_TO_ONE}", shift, calls, [n] * reports))
+        calls = [fixed_calls(report[:, :n], inference.BONFERRONI)[0] for report in draws]
+        rows.append(_shift_row(shape, f"fixed {n} seeds, {inference.BONFERRONI}", shift, calls, [n] * reports))
     for design in designs:
         finals = [sequential_looks(report[:, : design.max_seeds], design)[-1].decisions["v1"] for report in draws]
         rows.append(
@@ -298,17 +298,15 @@ def folder_env(results_dir: Path) -> str:
 def parse_rules(
     text: str, look_every: int, max_seeds: int, boundary_draws: int = STUDY_BOUNDARY_DRAWS
 ) -> list[sequential.SequentialDesign]:
-    """'paired:pocock,paired:obrien-fleming,adastop' -> designs (a paired rule names its spending)."""
+    """'paired:pocock,paired:obrien-fleming:many-to-one,adastop' -> designs (a paired rule may name its
+    spending and its multiplicity)."""
     designs = []
     for item in [t.strip() for t in text.split(",") if t.strip()]:
-        rule, _, spending = item.partition(":")
-        fields = {
-            "rule": rule,
-            "look_every": look_every,
-            "max_seeds": max_seeds,
-            "boundary_draws": STUDY_BOUNDARY_DRAWS,
-        }
-        designs.append(sequential.SequentialDesign(**fields, **({"spending": spending} if spending else {})))
+        rule, spending, multiplicity = [*item.split(":"), "", ""][:3]
+        fields = {"rule": rule, "look_every": look_every, "max_seeds": max_seeds, "boundary_draws": boundary_draws}
+        fields |= {"spending": spending} if spending else {}
+        fields |= {"multiplicity": multiplicity} if multiplicity else {}
+        designs.append(sequential.SequentialDesign(**fields))
     return designs
 
 
