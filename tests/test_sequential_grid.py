@@ -358,3 +358,37 @@ def test_the_defaults_the_help_states_are_the_designs(capsys):
     assert f"the most seeds a comparison gets (default {default.max_seeds})" in text
     assert f"{default.rule} (default;" in text
     assert sequential_grid.design_from(None, None, None) == default
+
+
+def test_over_two_envs_each_env_is_judged_at_half_the_alpha(tmp_path, monkeypatch):
+    two = dataclasses.replace(
+        request(tmp_path, variants=("reference", "joint-update")),
+        envs=[ENV, "LunarLanderContinuous-v3"],
+        budgets={ENV: budget_for("smoke", ENV, 200), "LunarLanderContinuous-v3": budget_for("smoke", ENV, 200)},
+    )
+    seen: list[float] = []
+    decide = sequential.decide_look
+
+    def spy(scores, reference, look_index, design, previous=None):
+        seen.append(design.alpha)
+        return decide(scores, reference, look_index, design, previous)
+
+    monkeypatch.setattr(sequential, "decide_look", spy)
+    monkeypatch.setattr(grid, "execute", FakeTraining())
+    state = sequential_grid.run_until_decided(two, DESIGN, "reference", 1, log=lambda line: None)
+    assert seen and set(seen) == {DESIGN.alpha / 2}
+    assert (
+        "family-wise error 0.05 per metric over all looks and comparisons (split evenly over 2 envs)"
+        in (looks.summary_lines(state)[0])
+    )
+
+
+def test_a_dry_run_prints_the_next_looks_runs_and_writes_nothing(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main([*until_decided_args(tmp_path / "g"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "look 1 of at most 2: would train, in this order:"
+    assert printed[1].split() == [ENV, "reference", "seed", "0", "(300", "steps)"]
+    assert len(printed) == 1 + 6  # three variants x seeds 0 and 1
+    assert not (tmp_path / "g/looks.json").exists() and not (tmp_path / "g/runs").exists()

@@ -18,11 +18,14 @@ each comparison stands. A variant whose every run of a look failed with the same
 (an exception that recurs, as critic-first's in-place error at its first update) is closed as worse on
 that basis, outside the rule and its error budget: a software failure, not noise. Scores are the
 report's (`stats.scored_runs`: failed and diverged runs scored too), normalized when the design has an
-equivalence margin.
+equivalence margin. The rule judges one env at a time; over several envs its alpha is split evenly among
+them (`env_design`), so the family-wise error per metric over every env, look and comparison stays at most
+the design's alpha.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -213,10 +216,19 @@ def look_scores(runs: pd.DataFrame, env: str, metric: str, seeds: Mapping[str, i
     return out
 
 
+def env_design(state: Looks) -> sequential.SequentialDesign:
+    """The design each env's comparisons are judged with: the rule judges one env at a time, so its alpha
+    is split evenly over the envs (Bonferroni) and the family-wise error per metric over every env, look
+    and comparison stays at most the design's alpha."""
+    design = state.rule_design
+    return dataclasses.replace(design, alpha=design.alpha / max(1, len(state.design["envs"])))
+
+
 def judge_look(state: Looks, data: RunRecords, seeds: Mapping[str, Mapping[str, int]]) -> LookRecord:
     """The next look of `state`, judged on the run records `data` with the seed counts `seeds` (env ->
-    variant -> n, for the envs trained at this look). Raises LooksError when a score is missing or not finite."""
-    design, reference = state.rule_design, state.reference
+    variant -> n, for the envs trained at this look), each env with `env_design`. Raises LooksError when
+    a score is missing or not finite."""
+    design, reference = env_design(state), state.reference
     look = len(state.looks) + 1
     last = state.looks[-1] if state.looks else LookRecord(0, {}, {}, {})
     all_seeds = {env: {**last.seeds.get(env, {}), **seeds.get(env, {})} for env in {*last.seeds, *seeds}}
@@ -316,9 +328,11 @@ def summary_lines(state: Looks) -> list[str]:
         END_DECIDED: f"stopped after look {n}: every comparison decided",
         END_MAXIMUM: f"stopped after look {n}: the maximum of {design.max_seeds} seeds reached",
     }.get(state.end, f"end {state.end!r}")
+    envs = len(state.design["envs"])
+    split = f" (split evenly over {envs} envs)" if envs > 1 else ""
     lines = [
         f"sequential grid: {design.rule} rule, a look every {design.look_every} seeds up to {design.max_seeds}, "
-        f"family-wise error {design.alpha:g} per metric over all looks and comparisons; {where}"
+        f"family-wise error {design.alpha:g} per metric over all looks and comparisons{split}; {where}"
     ]
     for c in comparisons(state):
         lines.append(f"  {c.env} {c.variant} vs {state.reference}, {c.metric}: {comparison_text(c, state)}")
