@@ -220,31 +220,47 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_ablate_trains_a_users_variants_ablation_and_reports_the_attribution(tmp_path: Path):
     mine = tmp_path / "mine.toml"
-    mine.write_text('[[variant]]\nname = "two"\ndescription = "xavier, batch 64"\ninit = "xavier"\nbatch_size = 64\n')
+    mine.write_text(
+        '[[variant]]\nname = "two"\ndescription = "xavier, alpha loss"\ninit = "xavier"\nalpha_loss = "alpha"\n'
+    )
     out = tmp_path / "results" / "two-ablation"
-    tiny = ["--envs", "Pendulum-v1", "--seeds", "3", "--steps", "300", "--profile", "smoke", "--workers", "2"]
-    tiny += ["--set", "learning_starts=100", "--set", "hidden_sizes=16,16", "--out", str(out)]
+    tiny = ["--envs", "Pendulum-v1", "--seeds", "3", "--steps", "200", "--profile", "smoke", "--eval-episodes", "1"]
+    tiny += ["--workers", "2", "--set", "learning_starts=50", "--set", "batch_size=32", "--set", "hidden_sizes=16,16"]
+    tiny += ["--out", str(out)]
     done = run_cli("ablate", "two", "--variants-file", str(mine), *tiny, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    # Two differences: reference + init is two - batch_size, so four variants, twelve runs.
+    # Two differences: reference + init is two - alpha_loss, so four variants, twelve runs.
     assert "grid: 4 variants x 1 envs x 3 seeds = 12 runs" in done.stdout
     rows = read_rows(tmp_path / "reports" / "two-ablation" / "attribution.csv")
     assert [(r["env"], r["difference"], r["role"], r["variant"], r["against"], r["n_pairs"]) for r in rows] == [
+        ("Pendulum-v1", "alpha_loss", "added", "ref-alpha_loss-alpha", "reference", "3"),
+        ("Pendulum-v1", "alpha_loss", "removed", "ref-init-xavier", "two", "3"),
         ("Pendulum-v1", "init", "added", "ref-init-xavier", "reference", "3"),
-        ("Pendulum-v1", "init", "removed", "ref-batch_size-64", "two", "3"),
-        ("Pendulum-v1", "batch_size", "added", "ref-batch_size-64", "reference", "3"),
-        ("Pendulum-v1", "batch_size", "removed", "ref-init-xavier", "two", "3"),
+        ("Pendulum-v1", "init", "removed", "ref-alpha_loss-alpha", "two", "3"),
     ]
     verdicts = {inference.BETTER, inference.WORSE, inference.EQUIVALENT, inference.NO_DIFFERENCE}
     assert {r["verdict"] for r in rows} <= verdicts and {r["family_size"] for r in rows} == {"4"}
-    assert (
-        "Attribution: which of <code>two</code>" in (tmp_path / "reports" / "two-ablation" / "index.html").read_text()
-    )
+    page = (tmp_path / "reports" / "two-ablation" / "index.html").read_text()
+    assert "Attribution: which of <code>two</code>" in page
     # The ablated variants ran with every run option (--set here) and the recorded command is ablate's.
     config = json.loads((out / "runs/Pendulum-v1/ref-init-xavier/seed_0/config.json").read_text())
     assert config["spec"]["hidden_sizes"] == [16, 16] and config["command"][3:5] == ["ablate", "two"]
     again = run_cli("ablate", "two", "--variants-file", str(mine), *tiny, "--dry-run", cwd=tmp_path)
     assert again.returncode == 0 and "12 already finished" in again.stdout, again.stdout + again.stderr
+    # Input that run refuses leaves a new --out untouched: no manifest is written before the grid is checked.
+    refused = run_cli(
+        "ablate",
+        "two",
+        "--variants-file",
+        str(mine),
+        *tiny[:-1],
+        str(tmp_path / "new"),
+        "--set",
+        "batch_size=4096",
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2 and "no gradient update" in refused.stderr
+    assert not (tmp_path / "new").exists()
 
 
 @pytest.mark.parametrize(

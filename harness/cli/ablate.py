@@ -21,7 +21,7 @@ from variants.catalog import CATALOG
 from .. import ablation, records
 from .common import UsageError, apply_overrides, score_anchors, user_variants
 from .report import cmd_report
-from .run import add_run_options, cmd_run
+from .run import add_run_options, cmd_run, grid_request
 
 
 def add_ablate(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +79,9 @@ def _check_ends_from(folder: Path, ends: dict) -> None:
 
 
 def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """Write the ablation's variants file and manifest into --out and train it as `run` would."""
+    """Write the ablation's variants file and manifest into --out and train it as `run` would. The grid
+    is checked from a scratch copy of the files first, so that input `run` refuses leaves --out as it
+    was (a dry run never writes there)."""
     ends = _ends(args)
     out, ends_from = Path(args.out), None if args.ends_from is None else Path(args.ends_from)
     if ends_from is not None:
@@ -87,14 +89,14 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if ends_from.resolve() == out.resolve():
             raise UsageError("ablate --ends-from: give a folder other than --out")
     command = shlex.join(["python", "-m", "harness", *argv])
-    with tempfile.TemporaryDirectory() as scratch:  # a dry run writes nothing into --out
-        try:
-            names, path = ablation.prepare_grid(out, ends, command, files_dir=Path(scratch) if args.dry_run else None)
-        except (AblationError, ablation.ManifestError) as exc:
-            raise UsageError(f"ablate: {exc}") from None
+    with tempfile.TemporaryDirectory() as scratch:
+        names, path = _prepare(out, ends, command, Path(scratch))
         ablated = names[2:]
         args.variants = ",".join(ablated if ends_from is not None else names)
         args.variants_file = str(path)
+        grid_request(args, argv)  # every refusal of run's, before anything is written
+        if not args.dry_run:
+            args.variants_file = str(_prepare(out, ends, command)[1])
         report = not args.no_report
         args.no_report = args.no_report or ends_from is not None  # its report reads two folders: made below
         code = cmd_run(args, argv)
@@ -102,3 +104,10 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         targets, randoms = score_anchors(args)
         cmd_report(out, None, targets, randoms, more_results=[ends_from], variants=[args.variant, *ablated])
     return code
+
+
+def _prepare(out: Path, ends: dict, command: str, files_dir: Path | None = None) -> tuple[list[str], Path]:
+    try:
+        return ablation.prepare_grid(out, ends, command, files_dir=files_dir)
+    except (AblationError, ablation.ManifestError) as exc:
+        raise UsageError(f"ablate: {exc}") from None
