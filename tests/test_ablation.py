@@ -277,3 +277,16 @@ def test_ablate_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], m
     done = run_cli("ablate", *args, "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_ablate_passes_runs_sequential_options_through(tmp_path: Path):
+    # `run --until-decided` is one of run's options, so ablate's grid can add seeds look by look too.
+    done = run_cli(
+        "ablate", "blog-sac2", "--envs", "Pendulum-v1", "--profile", "smoke", "--until-decided", "--look-every", "2",
+        "--max-seeds", "4", "--dry-run", "--out", str(tmp_path / "out"), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "look 1 of at most 2" in done.stdout and "blog-sac2-no-initial_alpha-initial_log_alpha  seed 1" in done.stdout
+    )
+    assert not (tmp_path / "out").exists()
