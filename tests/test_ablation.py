@@ -271,6 +271,16 @@ def test_ablate_trains_a_users_variants_ablation_and_reports_the_attribution(tmp
         (["sb3-sac"], "trained by sb3; only native specs ablate"),
         (["blog-sac2", "--ends-from", "no/such/folder"], "results folder no/such/folder does not exist"),
         (["blog-sac2", "--reference", "naive-tanh", "--ends-from", "."], "no runs of naive-tanh with that name"),
+        (["blog-sac2", "--ends-from", ".", "--reference", "blog-sac2"], "blog-sac2 against itself"),
+        (
+            [
+                "blog-sac2",
+                "--ends-from",
+                str(Path(__file__).parents[1] / "results/lunarlander-100k"),
+                "--until-decided",
+            ],
+            "--ends-from with --until-decided",
+        ),
     ],
 )
 def test_ablate_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], message: str):

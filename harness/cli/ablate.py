@@ -88,6 +88,11 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         _check_ends_from(ends_from, ends)
         if ends_from.resolve() == out.resolve():
             raise UsageError("ablate --ends-from: give a folder other than --out")
+        if getattr(args, "until_decided", False):
+            raise UsageError(
+                "ablate --ends-from with --until-decided: each look judges against the reference, whose runs "
+                "it trains in --out; drop --ends-from"
+            )
     command = shlex.join(["python", "-m", "harness", *argv])
     with tempfile.TemporaryDirectory() as scratch:
         names, path = _prepare(out, ends, command, Path(scratch))
