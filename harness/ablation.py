@@ -80,7 +80,7 @@ def recorded_specs(results_dir: Path) -> dict[str, VariantSpec]:
         try:
             config = records.read_json(path)
             if config.get("implementation", "native") == "native":
-                out.setdefault(str(config["variant"]), VariantSpec.from_dict(config["spec"]))
+                out.setdefault(str(config["variant"]), VariantSpec.from_dict(records.recorded_spec(config)))
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             continue
     return out

@@ -18,6 +18,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+from variants.spec import VariantSpec
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -45,6 +47,36 @@ def runs_row(env_id: str, variant: str, seed: int, status: dict) -> dict:
 
 def run_dir(out: Path, env_id: str, variant: str, seed: int) -> Path:
     return Path(out) / "runs" / env_id / variant / f"seed_{seed}"
+
+
+# --- a run's configuration read back ------------------------------------------------------------
+
+
+def recorded_spec(config: dict) -> dict:
+    """The spec of a run's config.json as a dict of every current field. It is read back through
+    `VariantSpec`, so a field added after the run was recorded takes its default (each field was added
+    with a default that keeps the earlier arithmetic: old runs stay comparable). A spec this checkout
+    cannot read (a newer version's field, a bad value) is its recorded fields over the defaults."""
+    spec = config.get("spec") if isinstance(config, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    try:
+        return VariantSpec.from_dict(spec).to_dict()
+    except (TypeError, ValueError):
+        return {**VariantSpec().to_dict(), **spec}
+
+
+def identity(config: dict) -> dict:
+    """The part of a run's config.json that decides what the run computes (so a rerun may reuse it):
+    variant, implementation, spec (`recorded_spec`), env and how it was made, seed, budget."""
+    out = {k: config.get(k) for k in ("variant", "env", "seed", "budget")}
+    out["spec"] = recorded_spec(config)
+    out["implementation"] = config.get("implementation", "native")  # runs recorded before the field were native
+    # A registered id without kwargs is named by `env` alone, as in runs (and checkpoints) recorded
+    # before other environments existed; any other env adds how it was made.
+    entry, kwargs = config.get("env_entry") or config.get("env"), config.get("env_kwargs") or {}
+    if entry != config.get("env") or kwargs:
+        out["env_entry"], out["env_kwargs"] = entry, kwargs
+    return out
 
 
 # --- reading run folders: every record verified before it is trusted -----------------------------

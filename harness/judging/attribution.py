@@ -26,7 +26,7 @@ import pandas as pd
 
 from variants.spec import VariantSpec
 
-from .. import ablation
+from .. import ablation, records
 from . import inference, loading, normalization, stats
 
 METRIC = "final_return"
@@ -78,7 +78,7 @@ def _env_specs(configs: Mapping[tuple[str, str, int], dict], env: str) -> dict[s
         if run_env != env or variant in out or config.get("implementation", "native") != "native":
             continue
         try:
-            out[variant] = VariantSpec.from_dict(config["spec"])
+            out[variant] = VariantSpec.from_dict(records.recorded_spec(config))
         except (KeyError, TypeError, ValueError):
             continue
     return out

@@ -32,8 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from variants.spec import VariantSpec
-
+from .. import records
 from . import inference, loading, normalization, stats
 
 
@@ -54,10 +53,7 @@ def _scored_runs(results_dir: Path, variant: str, env: str) -> tuple[pd.DataFram
 def _setup(config: dict) -> dict:
     """A run's spec (read back through `VariantSpec`, so a field added since takes its default) and
     budget (its profile's name left out), as one flat dict: what the two folders of a study must share."""
-    try:
-        spec = VariantSpec.from_dict(config.get("spec", {})).to_dict()
-    except (TypeError, ValueError):
-        spec = dict(config.get("spec", {}))
+    spec = records.recorded_spec(config)
     return {**spec, **{f"budget.{k}": v for k, v in loading.run_budget(config).items()}}
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from variants.catalog import CATALOG, REFERENCE
-from variants.spec import VariantSpec, field_doc
+from variants.spec import field_doc
 
 from .. import records
 from . import attribution, inference, loading, looks, normalization, stats
@@ -627,21 +627,11 @@ def _spec_key(spec: Mapping[str, Any]) -> str:
     return json.dumps(spec, sort_keys=True)
 
 
-# A run recorded before a spec field existed ran that field's default: each field was added with a
-# default that keeps the earlier arithmetic (as `harness.running.train.identity` reads them back too).
-_SPEC_DEFAULTS = VariantSpec().to_dict()
-
-
-def recorded_spec(config: Mapping[str, Any]) -> dict:
-    """The spec of a run's config.json, with the fields added since it was recorded at their defaults."""
-    return {**_SPEC_DEFAULTS, **config["spec"]}
-
-
 def _distinct_specs(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict], variant: str) -> list[dict]:
     """The distinct spec dicts of `variant`'s runs (several if `--set` overrides differed between runs)."""
     seen: dict[str, dict] = {}
     for row in runs[runs["variant"] == variant].itertuples(index=False):
-        spec = recorded_spec(configs[(row.env, row.variant, row.seed)])
+        spec = records.recorded_spec(configs[(row.env, row.variant, row.seed)])
         seen.setdefault(_spec_key(spec), spec)
     return [seen[k] for k in sorted(seen)]
 

@@ -25,6 +25,7 @@ from variants.rewards import transform_reward
 from variants.spec import VariantSpec
 
 from .. import machine, records
+from ..records import identity
 from .envs import EnvInfo, EnvRef, LockstepEnvs, env_info, eval_errors, make_vector_env
 from .errors import Interrupted
 from .policy import save_final_policy
@@ -115,26 +116,6 @@ def no_update_reason(spec: VariantSpec, total_steps: int) -> str | None:
     if spec.learning_starts >= total_steps:
         return f"learning_starts={spec.learning_starts} is not below the run's {total_steps} env steps"
     return None
-
-
-def identity(config: dict) -> dict:
-    """The part of a config that decides what a run computes (so a rerun may reuse it).
-
-    The spec is read back through `VariantSpec`, so a field added to the spec after a run was recorded
-    takes its default there: a field whose default keeps the old arithmetic does not orphan old runs.
-    """
-    out = {k: config.get(k) for k in ("variant", "spec", "env", "seed", "budget")}
-    out["implementation"] = config.get("implementation", "native")  # runs recorded before the field were native
-    # A registered id without kwargs is named by `env` alone, as in runs (and checkpoints) recorded
-    # before other environments existed; any other env adds how it was made.
-    entry, kwargs = config.get("env_entry") or config.get("env"), config.get("env_kwargs") or {}
-    if entry != config.get("env") or kwargs:
-        out["env_entry"], out["env_kwargs"] = entry, kwargs
-    try:
-        out["spec"] = VariantSpec.from_dict(out["spec"]).to_dict()
-    except (TypeError, ValueError):
-        pass  # unreadable or from a newer version: compared as recorded
-    return out
 
 
 @dataclass
