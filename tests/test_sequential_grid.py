@@ -392,3 +392,16 @@ def test_a_dry_run_prints_the_next_looks_runs_and_writes_nothing(tmp_path, capsy
     assert printed[1].split() == [ENV, "reference", "seed", "0", "(300", "steps)"]
     assert len(printed) == 1 + 6  # three variants x seeds 0 and 1
     assert not (tmp_path / "g/looks.json").exists() and not (tmp_path / "g/runs").exists()
+
+
+def test_status_names_an_unreadable_looks_json_and_still_lists_the_runs(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    run(tmp_path, FakeTraining(), monkeypatch)
+    assert main(["status", str(tmp_path)]) == 0
+    assert "stopped after look 2: every comparison decided" in capsys.readouterr().out
+    (tmp_path / "looks.json").write_text('{"design": {}}')
+    assert main(["status", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "total: 10 complete, 2 failed" in printed
+    assert f"warning: {tmp_path / 'looks.json'} is not a readable record of looks (KeyError" in printed
