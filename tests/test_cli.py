@@ -218,6 +218,7 @@ print(f"exit={code} torch={'torch' in sys.modules}")
         ["--help"],
         ["report", "--help"],
         ["status", "--help"],
+        ["status", "results/baselines/ci"],
         ["list"],
         ["check", "--results", "results/baselines/ci"],
     ],

@@ -10,7 +10,6 @@ from test_stats import write_run
 
 from harness import records
 from harness.live import LiveReport
-from harness.running import grid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,12 +100,12 @@ def test_queues_of_live_grids_are_seen_and_a_killed_grids_queue_is_ignored(tmp_p
             [("Pendulum-v1", "reference", 0), ("Pendulum-v1", "reference", 1)],
         ]
         write_run(results, ENV, "reference", 0, -150.0)  # finished: no longer to come
-        assert grid.still_to_come(results) == 3
+        assert records.still_to_come(results) == 3
         other.kill()  # the OS drops its lock; its file stays behind and is ignored
         other.wait()
         assert len(list(records.grid_queue_dir(results).glob("*.json"))) == 2
         assert records.live_queues(results) == [[("Pendulum-v1", "reference", 0), ("Pendulum-v1", "reference", 1)]]
-        assert grid.still_to_come(results) == 1
+        assert records.still_to_come(results) == 1
     mine.release()
     assert not mine.path.exists() and records.live_queues(results) == []
 
@@ -115,7 +114,7 @@ def test_the_same_run_queued_by_two_grids_counts_once(tmp_path: Path) -> None:
     results = tmp_path / "res"
     first = records.hold_queue(results, [("Pendulum-v1", "naive-tanh", 0)])
     with other_grid(results):  # the same command started twice plans the same runs
-        assert grid.still_to_come(results) == 2  # naive-tanh 0 (both) and reference 5
+        assert records.still_to_come(results) == 2  # naive-tanh 0 (both) and reference 5
     first.release()
 
 
@@ -125,7 +124,7 @@ def test_a_live_report_counts_the_runs_another_grid_on_the_folder_still_has(tmp_
     with other_grid(results):
         lines = []
         live = LiveReport(
-            results, out, clock=Clock(), log=lines.append, still_to_come=lambda: grid.still_to_come(results)
+            results, out, clock=Clock(), log=lines.append, still_to_come=lambda: records.still_to_come(results)
         )
         live(1, 1 + 0 + 1)  # this grid: 1 of 2 done; the other grid: 2 queued, none finished
         assert "2 planned run(s) are still to come" in (out / "index.html").read_text()

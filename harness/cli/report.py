@@ -108,8 +108,6 @@ def add_status(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(results: Path) -> int:
     """Print the state of every run folder of `results` (a grid in progress, or one stopped)."""
-    from ..running import grid
-
     problem = records.not_a_results_folder(results)
     if problem:
         raise UsageError(f"status: results folder {results} {problem}")
@@ -120,7 +118,7 @@ def cmd_status(results: Path) -> int:
         raise UsageError(f"status: no run folders in {results / 'runs'}")
     if all(r["state"] == "inconsistent" for r in rows):
         raise UsageError(f"status: no run folder in {results / 'runs'} has records that agree ({rows[0]['problem']})")
-    grid.print_state_table(rows)
+    records.print_state_table(rows)
     for r in rows:
         if r["state"] == "inconsistent":
             print(
@@ -141,7 +139,7 @@ def cmd_status(results: Path) -> int:
             )
     grids = len(records.live_queues(results))
     if grids:
-        print(f"still to come: {grid.still_to_come(results)} runs queued by {grids} grid(s) running on this folder")
+        print(f"still to come: {records.still_to_come(results)} runs queued by {grids} grid(s) running on this folder")
     _print_looks(results)
     return 0
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import records
 from ..live import DEFAULT_EVERY as LIVE_EVERY
 from ..running.profiles import PROFILES
 from .common import (
@@ -211,7 +212,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             args.report_every,
             targets,
             randoms,
-            still_to_come=lambda: grid.still_to_come(out),
+            still_to_come=lambda: records.still_to_come(out),
         )
     )
     deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
@@ -219,7 +220,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     counts = launch.record(out, request.variants, request.envs)
     print(f"runs.csv in {out}")
     if not args.no_report:
-        cmd_report(out, None, targets, randoms, pending=grid.still_to_come(out))  # another grid's, if any
+        cmd_report(out, None, targets, randoms, pending=records.still_to_come(out))  # another grid's, if any
     bad = sum(v for k, v in counts.items() if k != "complete")
     return 1 if args.strict and bad else 0
 

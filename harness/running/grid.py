@@ -675,35 +675,6 @@ def _drain(queue, progress: Progress) -> None:
             return
 
 
-def still_to_come(out: Path) -> int:
-    """Runs queued by the grids alive now on `out` (`records.live_queues`) and not yet finished: each run
-    counted once, however many grids plan it (the same command started twice)."""
-    queued = {run for queue in records.live_queues(out) for run in queue}
-    return sum(run_state(records.run_dir(out, *run)) is None for run in queued)
-
-
-def print_state_table(grid_rows: list[dict], log=print) -> dict[str, int]:
-    """Print a table of run states (variant x env) of this grid; returns the counts per state."""
-    counts: dict[str, int] = {}
-    cells: dict[tuple[str, str], dict[str, int]] = {}
-    for r in grid_rows:
-        counts[r["state"]] = counts.get(r["state"], 0) + 1
-        cell = cells.setdefault((r["variant"], r["env"]), {})
-        cell[r["state"]] = cell.get(r["state"], 0) + 1
-    envs = sorted({e for _, e in cells})
-    width = max([len(v) for v, _ in cells] + [7])
-    log("run states:")
-    log("  " + "variant".ljust(width) + "".join(f"  {e:>26s}" for e in envs))
-    for variant in dict.fromkeys(v for v, _ in cells):
-        parts = []
-        for e in envs:
-            cell = cells.get((variant, e), {})
-            parts.append(f"  {', '.join(f'{n} {k}' for k, n in sorted(cell.items())) or '-':>26s}")
-        log("  " + variant.ljust(width) + "".join(parts))
-    log("total: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    return counts
-
-
 def write_runs_csv(out: Path, rows: Iterable[dict]) -> None:
     records.write_csv(
         Path(out) / "runs.csv", records.RUNS_COLUMNS, ([r[c] for c in records.RUNS_COLUMNS] for r in rows)

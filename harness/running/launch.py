@@ -69,6 +69,6 @@ def train(
 def record(out: Path, variants: Sequence[str], envs: Sequence[str]) -> dict[str, int]:
     """Rebuild `out`/runs.csv from every finished run folder and print the state table of the runs of
     `variants` on `envs`; returns their counts per state."""
-    rows = grid.collect_runs(out)
+    rows = records.collect_runs(out)
     grid.write_runs_csv(out, rows)
-    return grid.print_state_table([r for r in rows if r["variant"] in variants and r["env"] in envs])
+    return records.print_state_table([r for r in rows if r["variant"] in variants and r["env"] in envs])
