@@ -11,6 +11,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
+from .. import records
 from .common import UsageError
 from .report import cmd_report, report_dir
 from .run import grid_request
@@ -49,7 +50,7 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 args.report_every,
                 targets,
                 randoms,
-                still_to_come=lambda: grid.still_to_come(out),
+                still_to_come=lambda: records.still_to_come(out),
             )
         deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
         state = sequential_grid.run_until_decided(
@@ -62,6 +63,6 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for line in looks.summary_lines(state):
         print(line)
     if not args.no_report:
-        cmd_report(out, None, targets, randoms, pending=grid.still_to_come(out))
+        cmd_report(out, None, targets, randoms, pending=records.still_to_come(out))
     bad = sum(v for k, v in counts.items() if k != "complete")
     return 1 if args.strict and bad else 0
