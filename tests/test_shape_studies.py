@@ -60,3 +60,5 @@ def test_shape_study_refuses_a_folder_of_two_environments(tmp_path: Path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "2 environments" in err[0]
     assert cli.main(["shape-study", "null", str(tmp_path), "--rules", "paired:nope"]) == 2
+    assert cli.main(["shape-study", "null", str(tmp_path), "--methods", "Holm"]) == 2
+    assert "--methods: unknown Holm" in capsys.readouterr().err

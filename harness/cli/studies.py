@@ -66,6 +66,9 @@ def add_shape_study(sub: argparse._SubParsersAction) -> None:
     )
     shapes.add_argument("--compared", type=positive_int("--compared"), default=9, help="null variants a report (9)")
     shapes.add_argument("--seeds", default="5,10,20", help="fixed designs' seeds (5,10,20; none: no fixed design)")
+    shapes.add_argument(
+        "--methods", default="many-to-one max-t,Bonferroni", help="null study: the fixed designs' methods"
+    )
     shapes.add_argument("--look-every", type=positive_int("--look-every"), default=5)
     shapes.add_argument("--max-seeds", type=positive_int("--max-seeds"), default=30)
     shapes.add_argument(
@@ -157,7 +160,15 @@ def cmd_shape_study(args: argparse.Namespace, argv: Sequence[str]) -> int:
         designs = shape_studies.parse_rules(args.rules, args.look_every, args.max_seeds, draws)
         if args.study == "null":
             seeds = [] if args.seeds.strip() == "none" else _counts(args.seeds, "--seeds")
-            lines = shape_studies.run_null(folders, seeds, designs, args.reports, args.adastop_reports, args.compared)
+            methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+            unknown = sorted(set(methods) - set(shape_studies.FIXED_METHODS))
+            if unknown:
+                raise UsageError(
+                    f"--methods: unknown {', '.join(unknown)} (known: {', '.join(shape_studies.FIXED_METHODS)})"
+                )
+            lines = shape_studies.run_null(
+                folders, seeds, designs, args.reports, args.adastop_reports, args.compared, methods=methods
+            )
         elif args.study == "shift":
             shifts = _shifts(args.shifts)
             seeds = _counts(args.seeds, "--seeds")

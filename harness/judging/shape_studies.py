@@ -318,6 +318,7 @@ def run_null(
     adastop_reports: int,
     compared: int,
     rng_seed: int = 0,
+    methods: Sequence[str] = FIXED_METHODS,
 ) -> Iterator[str]:
     """The null study's markdown table over `folders` (shapes), fixed `seeds` designs and `designs`,
     a line as each row is measured."""
@@ -327,7 +328,7 @@ def run_null(
         pool = reference_pool(folder, env)
         shape = f"{folder.name} ({len(pool)} runs)"
         for n in seeds:
-            for method in FIXED_METHODS:
+            for method in methods:
                 yield format_null_rows([null_fixed(pool, shape, n, method, reports, compared, rng_seed)], compared)[-1]
         for design in designs:
             count = adastop_reports if design.rule == "adastop" else reports
