@@ -423,7 +423,8 @@ def late_now(job: Job, deadline: float | None) -> list[str]:
 
 def _tune_worker() -> None:
     """One torch thread per worker process, and glibc malloc kept from returning memory to the OS
-    between updates (page faults per update drop from ~130 to ~1 on the development machine)."""
+    between updates, where returning and refaulting it costs page faults on every update
+    (docs/measurements.md, grid.py)."""
     import torch
 
     torch.set_num_threads(1)
