@@ -92,7 +92,9 @@ def test_evaluation_and_training_envs_are_reset_with_the_native_seeds(tmp_path, 
     for module, key in ((sb3_peer, "sb3"), (train, "native")):
         make = module.make_vector_env
         monkeypatch.setattr(
-            module, "make_vector_env", lambda env, n, make=make, key=key: RecordingResets(make(env, n), seen[key])
+            module,
+            "make_vector_env",
+            lambda env, n, make=make, key=key, **options: RecordingResets(make(env, n, **options), seen[key]),
         )
     run_job(job_for(tmp_path / "sb3", seeds=(3,)))
     run_job(job_for(tmp_path / "native", variant="reference", seeds=(3,)))
