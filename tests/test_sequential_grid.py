@@ -405,3 +405,12 @@ def test_status_names_an_unreadable_looks_json_and_still_lists_the_runs(tmp_path
     printed = capsys.readouterr().out
     assert "total: 10 complete, 2 failed" in printed
     assert f"warning: {tmp_path / 'looks.json'} is not a readable record of looks (KeyError" in printed
+
+
+def test_until_decided_refuses_seeds_in_one_line(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main(until_decided_args(tmp_path / "out", "--seeds", "3", "--dry-run")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-seeds" in err[0]
+    assert not (tmp_path / "out").exists()

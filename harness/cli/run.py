@@ -31,6 +31,8 @@ from .common import (
 )
 from .report import cmd_report, report_dir
 
+DEFAULT_SEEDS = 5
+
 if TYPE_CHECKING:
     from ..running.envs import EnvRef
     from ..running.grid import GridRequest
@@ -99,7 +101,12 @@ def _add_grid_options(run: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="keyword arguments for making every env of --envs, a JSON object",
     )
-    run.add_argument("--seeds", type=positive_int("--seeds"), default=5, help="seeds 0..N-1 (default 5)")
+    run.add_argument(
+        "--seeds",
+        type=positive_int("--seeds"),
+        default=None,
+        help=f"seeds 0..N-1 (default {DEFAULT_SEEDS}; with --until-decided the looks add seeds: see --max-seeds)",
+    )
     run.add_argument(
         "--steps", type=positive_int("--steps"), default=None, help="env steps per run (default: the profile's)"
     )
@@ -262,11 +269,11 @@ def grid_request(args: argparse.Namespace, argv: Sequence[str]) -> tuple[GridReq
         variants=variants,
         overrides=overrides,
         envs=list(refs),
-        seeds=range(args.seeds),
+        seeds=range(args.seeds or DEFAULT_SEEDS),
         budgets=budgets,
         out=out,
         device=device,
-        members=args.members or (args.seeds if device == "cuda" else 1),
+        members=args.members or ((args.seeds or DEFAULT_SEEDS) if device == "cuda" else 1),
         command=("python", "-m", "harness", *argv),
         env_refs=refs,
         tensorboard=args.tensorboard,

@@ -28,6 +28,8 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.backend != "local":
         raise UsageError("--until-decided works with the local backend only (each look waits for its runs)")
+    if args.seeds is not None:
+        raise UsageError("--until-decided with --seeds: the looks choose the seeds; cap them with --max-seeds")
     if args.fresh:
         raise UsageError(
             "--until-decided with --fresh: the looks already judged stand on their runs; use another --out"
