@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 from harness.judging import sequential as sq
 
@@ -84,7 +85,7 @@ def test_paired_rule_decides_clear_comparisons_at_the_first_look_and_keeps_them(
     if noisy.verdict == sq.OPEN:
         assert noisy.describe(design) == "open at the maximum, 15 seeds"
     assert first["broken"].describe(design) == "worse, decided at look 1, 5 seeds"
-    # The interval is the t interval at the boundary's critical value, read on the normal scale.
+    # The interval is the t interval at the studentized boundary's critical value.
     assert noisy.low < noisy.difference < noisy.high
 
 
@@ -165,9 +166,33 @@ def test_bonferroni_multiplicity_is_each_comparisons_own_boundary_at_alpha_over_
     design = sq.SequentialDesign(look_every=5, max_seeds=10)
     assert design.multiplicity == "bonferroni"
     look = sq.decide_look(scores, "reference", 1, design)
-    alone = sq.boundary([0.5, 1.0], np.eye(1), 0.05 / 3, "pocock")
-    np.testing.assert_allclose(look.state["critical"], alone)
+    alone = sq.studentized_boundary([5, 10], np.eye(1), 0.05 / 3, "pocock")
+    np.testing.assert_allclose(look.state["critical_t"], alone)
     many = sq.decide_look(
         scores, "reference", 1, sq.SequentialDesign(look_every=5, max_seeds=10, multiplicity="many-to-one")
     )
-    assert many.state["critical"][1] <= look.state["critical"][1] + 0.02  # a joint boundary is never wider
+    assert many.state["critical_t"][1] <= look.state["critical_t"][1] + 0.05  # a joint boundary is never wider
+
+
+def test_studentized_boundary_of_one_look_is_the_t_quantile() -> None:
+    # One look, one comparison: the plain two-sided t critical value, t_{0.975, 4} = 2.776 at 5 seeds.
+    got = sq.studentized_boundary([5], np.eye(1), 0.05, draws=400_000)
+    assert got[0] == pytest.approx(2.776445, abs=0.03)
+
+
+def test_studentized_boundary_holds_where_the_known_variance_one_carried_to_t_does_not() -> None:
+    # Looks at 5, 10, ..., 30 seeds, alpha 0.05 / 9 (a comparison of the default design): the chance that
+    # some look's paired t crosses, on fresh normal paths. The known-variance boundary, each value moved to
+    # the t scale by its marginal tail, crosses more often than alpha (about 0.0057-0.0061); the
+    # studentized one holds alpha.
+    seeds = [5, 10, 15, 20, 25, 30]
+    alpha = 0.05 / 9
+    paths = np.random.default_rng(7).standard_normal((200_000, 30))
+    stats = np.stack([np.abs(paths[:, :n].mean(1)) / (paths[:, :n].std(1, ddof=1) / np.sqrt(n)) for n in seeds], 1)
+    studentized = sq.studentized_boundary(seeds, np.eye(1), alpha, draws=200_000)
+    normal = sq.boundary(np.array(seeds) / 30, np.eye(1), alpha, draws=1_000_000)
+    carried = [sps.t.isf(sps.norm.sf(c), n - 1) for c, n in zip(normal, seeds, strict=True)]
+    rate = (stats > studentized).any(axis=1).mean()
+    assert rate == pytest.approx(alpha, abs=0.0005)  # 2.5 standard errors of 200,000 paths: 0.0004
+    assert (stats > np.array(carried)).any(axis=1).mean() > rate
+    assert np.all(studentized >= np.array(carried) - 0.02)

@@ -18,8 +18,10 @@ Rules:
            from a fixed stream. The m comparisons are held together (`MULTIPLICITY`) by Bonferroni,
            alpha / m each (the default), or many-to-one, one boundary over their correlation through the
            shared reference estimated from the first look's per-seed differences. Every look's critical
-           value is fixed at the first look. A t statistic with n - 1 df is matched to the normal scale
-           through its tail probability. Since the intervals of every look and comparison hold at once
+           value is fixed at the first look. The boundary is calibrated on the t statistics themselves
+           (`studentized_boundary`: normal per-seed differences, each look's t on n_j - 1 df, jointly
+           over the looks); `boundary`, the known-variance law, is kept and tested against published
+           values. Since the intervals of every look and comparison hold at once
            with probability >= 1 - alpha, every claim read off them (better: interval above 0; worse:
            below 0; equivalent: inside [-margin, margin]) shares that one error budget. Alpha spending
            (rather than an anytime-valid confidence sequence) because looks are few and planned: it
@@ -286,10 +288,17 @@ def boundary(
     for j in range(t.size):
         walk += (root * widths[j]) @ _look_normals(draws, root.shape[0], seed, j)
         largest[:, j] = np.abs(walk).max(axis=0) / math.sqrt(t[j])
-    budget = SPENDING[spending](t, alpha)
+    return _spend(largest, SPENDING[spending](t, alpha), spent)
+
+
+def _spend(largest: np.ndarray, budget: np.ndarray, spent: Sequence[float]) -> np.ndarray:
+    """Critical values `(J,)` from the null law's draws `largest` `(draws, J)` (max |statistic| at each
+    look) such that the share of draws crossing at some look <= j is at most `budget[j]`; `spent`: the
+    critical values of the first looks, kept."""
+    draws, looks = largest.shape
     alive = np.ones(draws, dtype=bool)
-    out = np.empty(t.size)
-    for j in range(t.size):
+    out = np.empty(looks)
+    for j in range(looks):
         if j < len(spent):
             out[j] = spent[j]
         else:
@@ -297,6 +306,69 @@ def boundary(
             values = np.sort(largest[alive, j])
             out[j] = values[-crossing - 1] if 0 < crossing < values.size else (np.inf if crossing <= 0 else 0.0)
         alive &= largest[:, j] <= out[j]
+    return out
+
+
+def studentized_boundary(
+    seeds: Sequence[int],
+    correlation: np.ndarray,
+    alpha: float,
+    spending: str = "pocock",
+    draws: int = BOUNDARY_DRAWS,
+    seed: int = BOUNDARY_SEED,
+) -> np.ndarray:
+    """Two-sided critical values `(J,)` on the t scale for paired t statistics at looks of `seeds` `(J,)`
+    seeds (increasing; information fraction n_j / n_J).
+
+    The same spending as `boundary`, but over the joint null law of the statistics the rule computes:
+    per-seed differences normal with correlation `correlation` `(m, m)` across the m comparisons, and
+    at look j each comparison's t = mean / (sd / sqrt(n_j)) with its own sd on n_j - 1 df. The normal
+    law of `boundary` (known variance), with each critical value carried to the t scale by its marginal
+    tail, understates the chance that some look's t crosses: the t's of a path share their variance
+    estimates, and at 5 seeds that matters (docs/statistics.md). Monte Carlo from a fixed stream.
+    """
+    n = np.asarray(seeds, dtype=np.int64)
+    if n.ndim != 1 or not n.size or np.any(np.diff(n) <= 0) or n[0] < 2:
+        raise ValueError(f"look seed counts must increase from at least 2, not {n.tolist()}")
+    return _studentized_cached(
+        tuple(int(k) for k in n), _hashable(correlation), float(alpha), spending, int(draws), int(seed)
+    ).copy()
+
+
+def _hashable(correlation: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(v) for v in row) for row in np.atleast_2d(correlation))
+
+
+@functools.lru_cache(maxsize=32)
+def _studentized_cached(
+    seeds: tuple[int, ...],
+    correlation: tuple[tuple[float, ...], ...],
+    alpha: float,
+    spending: str,
+    draws: int,
+    seed: int,
+) -> np.ndarray:
+    """`studentized_boundary`, cached: the Bonferroni boundary is the same for every grid of a design."""
+    n = np.asarray(seeds)
+    root = _correlation_root(np.asarray(correlation, dtype=np.float64))
+    rng = np.random.default_rng([seed, 1])
+    largest = np.empty((draws, n.size))
+    chunk = max(1, 2_000_000 // (n[-1] * root.shape[0]))  # draws per block, to bound memory
+    for start in range(0, draws, chunk):
+        k = min(chunk, draws - start)
+        d = np.einsum("mk,nkd->ndm", root, rng.standard_normal((n[-1], root.shape[1], k)))  # seeds x draws x m
+        s1 = np.cumsum(d, axis=0)[n - 1]
+        s2 = np.cumsum(d * d, axis=0)[n - 1]
+        nn = n[:, None, None]
+        mean = s1 / nn
+        var = np.maximum(s2 - nn * mean**2, 0.0) / (nn - 1)
+        stat = np.abs(mean) / np.sqrt(np.maximum(var, 1e-300) / nn)  # looks x draws x m
+        largest[start : start + k] = stat.max(axis=2).T
+    budget = SPENDING[spending](n / n[-1], alpha)
+    # One comparison's first look is a plain t test: its exact quantile, not the draws' noisy one.
+    first = (float(sps.t.isf(budget[0] / 2, n[0] - 1)),) if root.shape[0] == 1 else ()
+    out = _spend(largest, budget, first)
+    out.flags.writeable = False
     return out
 
 
@@ -332,11 +404,6 @@ def difference_correlation(differences: np.ndarray) -> np.ndarray:
     return out
 
 
-def _t_to_normal(z: float, df: int) -> float:
-    """The t quantile (df) with the same two-sided tail as the normal critical value z."""
-    return float(sps.t.isf(sps.norm.sf(z), df)) if math.isfinite(z) else math.inf
-
-
 def paired_rule(
     scores: Mapping[str, Mapping[int, float]],
     reference: str,
@@ -348,38 +415,39 @@ def paired_rule(
 
     The boundary is fixed at the first look, for the plan's every look: the comparisons' correlation
     is estimated from the first look's per-seed differences (the seeds every comparison has), and the
-    critical values c_1 .. c_J follow from it and the spending function. state: {'critical': [c_1 ..
-    c_J] on the normal scale, 'correlation': the (m, m) estimate}, carried unchanged to later looks.
+    critical values c_1 .. c_J follow from it and the spending function. state: {'critical_t': [c_1 ..
+    c_J] on the t scale, 'correlation': the (m, m) estimate}, carried unchanged to later looks (a look
+    stored before the boundary was studentized, with 'critical' on the normal scale, is recomputed).
     """
     limit = design.seeds_at(look_index)
     variants = [v for v in scores if v != reference]
     decisions = _carried(previous, variants)
     ref_seeds = set(_seeds_below(scores[reference], limit))
     pairs = {v: sorted(ref_seeds & set(_seeds_below(scores[v], limit))) for v in variants}
-    state = dict(previous.state) if previous is not None and "critical" in previous.state else {}
+    state = dict(previous.state) if previous is not None and "critical_t" in previous.state else {}
     if not state:
         shared = sorted(set.intersection(ref_seeds, *(set(p) for p in pairs.values()))) if variants else []
         columns = np.array([[scores[v][s] - scores[reference][s] for v in variants] for s in shared])
         correlation = difference_correlation(columns.reshape(len(shared), len(variants))) if variants else np.eye(1)
-        fractions = [design.seeds_at(i) / design.max_seeds for i in range(1, design.looks + 1)]
-        critical = MULTIPLICITY[design.multiplicity](fractions, correlation, design)
-        state = {"critical": [float(c) for c in critical], "correlation": correlation.tolist()}
+        looks = [design.seeds_at(i) for i in range(1, design.looks + 1)]
+        critical = MULTIPLICITY[design.multiplicity](looks, correlation, design)
+        state = {"critical_t": [float(c) for c in critical], "correlation": correlation.tolist()}
     for v in variants:
         if v not in decisions:
-            critical_now = float(state["critical"][look_index - 1])
+            critical_now = float(state["critical_t"][look_index - 1])
             decisions[v] = _judge_pair(v, scores[v], scores[reference], pairs[v], critical_now, look_index, design)
     return Look(look_index, reference, design, decisions, state)
 
 
-def _many_to_one_boundary(fractions: Sequence[float], correlation: np.ndarray, design: SequentialDesign) -> np.ndarray:
-    """One boundary over all m comparisons, through their estimated correlation."""
-    return boundary(fractions, correlation, design.alpha, design.spending, draws=design.boundary_draws)
+def _many_to_one_boundary(seeds: Sequence[int], correlation: np.ndarray, design: SequentialDesign) -> np.ndarray:
+    """One boundary (t scale) over all m comparisons, through their estimated correlation."""
+    return studentized_boundary(seeds, correlation, design.alpha, design.spending, draws=design.boundary_draws)
 
 
-def _bonferroni_boundary(fractions: Sequence[float], correlation: np.ndarray, design: SequentialDesign) -> np.ndarray:
-    """Each comparison's own boundary over the looks at alpha / m (the correlation is not used)."""
+def _bonferroni_boundary(seeds: Sequence[int], correlation: np.ndarray, design: SequentialDesign) -> np.ndarray:
+    """Each comparison's own boundary (t scale) over the looks at alpha / m (the correlation is not used)."""
     share = design.alpha / max(correlation.shape[0], 1)
-    return boundary(fractions, np.eye(1), share, design.spending, draws=design.boundary_draws)
+    return studentized_boundary(seeds, np.eye(1), share, design.spending, draws=design.boundary_draws)
 
 
 MULTIPLICITY = {"bonferroni": _bonferroni_boundary, "many-to-one": _many_to_one_boundary}
@@ -399,7 +467,7 @@ def _judge_pair(
     if d.size < 2:
         return Decision(variant, OPEN, float(d.mean()) if d.size else math.nan, -math.inf, math.inf, d.size, look_index)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    half = _t_to_normal(critical, d.size - 1) * sd / math.sqrt(d.size) if sd > 0 else 0.0
+    half = critical * sd / math.sqrt(d.size) if sd > 0 else 0.0
     low, high = mean - half, mean + half
     return Decision(variant, _verdict(low, high, design.margin), mean, low, high, int(d.size), look_index)
 

@@ -33,7 +33,7 @@ from . import inference, loading, normalization, sequential, stats
 METRICS = stats.RETURN_METRICS
 FIXED_METHODS = (inference.MANY_TO_ONE, inference.BONFERRONI)
 STUDY_DRAWS = 20_000  # max-t draws per null report (the report uses 200,000): alpha to about +-0.0015
-STUDY_BOUNDARY_DRAWS = 20_000  # a sequential design's boundary draws in a study (a grid uses 100,000)
+STUDY_BOUNDARY_DRAWS = 100_000  # a sequential design's boundary draws in a study: those of a grid
 
 
 class StudyError(ValueError):
