@@ -363,6 +363,32 @@ def test_a_diverged_run_lowers_its_variants_score(tmp_path: Path) -> None:
     assert pick(counted)["estimate"] < pick(survivors)["estimate"]
 
 
+def test_seed_scores_is_one_row_per_counted_run_and_metric_in_both_units(tmp_path: Path) -> None:
+    # Pendulum-v1 has constants (random -1207.555, target -150): -150 is 1.0 normalized, -1207.555 is 0.0.
+    write_cell(tmp_path, "Pendulum-v1", "reference", [-150.0, -1207.555])
+    write_run(tmp_path, "Pendulum-v1", "naive-tanh", 0, -150.0, state="diverged")  # scored at the floor
+    write_cell(tmp_path, "MountainCarContinuous-v0", "reference", [50.0])  # no constants: raw units only
+    data = loading.scan_results(tmp_path)
+    runs = stats.score_failures(data.runs, data.eval_curves, data.configs)
+    scores = stats.seed_scores(runs)
+    assert list(scores.columns) == list(stats.SEED_SCORE_COLUMNS)
+    assert scores.shape == (4 * len(stats.RETURN_METRICS), len(stats.SEED_SCORE_COLUMNS))
+    final = scores[scores["metric"] == "final_return"].set_index(["env", "variant", "seed"])
+    assert final.loc[("Pendulum-v1", "reference", 0), "normalized"] == pytest.approx(1.0)
+    assert final.loc[("Pendulum-v1", "reference", 1), "score"] == pytest.approx(0.0)
+    diverged = final.loc[("Pendulum-v1", "naive-tanh", 0)]
+    assert diverged["state"] == "diverged" and diverged["raw"] == normalization.R_RANDOM["Pendulum-v1"]
+    assert diverged["score"] == pytest.approx(0.0)
+    mountain = final.loc[("MountainCarContinuous-v0", "reference", 0)]
+    assert mountain["raw"] == mountain["score"] == 50.0 and np.isnan(mountain["normalized"])
+    auc = scores[scores["metric"] == "auc_return"]
+    assert auc["raw"].tolist() == stats.counted_runs(runs)["auc_return"].tolist()
+    assert stats.cell_scores(scores, "Pendulum-v1", "reference", "final_return", "raw") == {0: -150.0, 1: -1207.555}
+    assert stats.paired_differences(scores, "Pendulum-v1", "naive-tanh", "reference", "final_return", True) == {
+        0: pytest.approx(-1.0)
+    }
+
+
 def test_failure_score_fills_missing_and_non_finite_evaluations_at_the_floor() -> None:
     # Evaluations -100, NaN, -inf, -400 of a budget of 6 points, floor -300: the NaN, the -inf and the two
     # missing points count at -300; the final score is the lower of the last finite one (-400) and the floor.

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from variants.spec import VariantSpec
@@ -84,32 +83,28 @@ def _env_specs(configs: Mapping[tuple[str, str, int], dict], env: str) -> dict[s
     return out
 
 
-def _scores(counted: pd.DataFrame, env: str, variant: str | None) -> dict[int, float]:
-    """{seed: final return} of one cell's counted runs, normalized where the env has constants."""
-    cell = counted[(counted["env"] == env) & (counted["variant"] == variant)]
-    values = cell[METRIC].to_numpy(dtype=np.float64)
-    if normalization.can_normalize(env):
-        values = normalization.normalized_score(values, env)
-    return dict(zip(cell["seed"].astype(int), values.tolist()))
-
-
 def attribution_table(
-    manifest: ablation.Manifest, runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], dict]
+    manifest: ablation.Manifest,
+    runs: pd.DataFrame,
+    configs: Mapping[tuple[str, str, int], dict],
+    scores: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The attribution rows (`ATTRIBUTION_COLUMNS`), per env in the runs' order, then per difference.
 
-    runs: the report's scored runs (`stats.scored_runs`); configs: config.json per (env, variant, seed).
+    runs: the report's scored runs (`stats.scored_runs`); configs: config.json per (env, variant, seed);
+    scores: the runs' `stats.seed_scores` (computed here when None), read in normalized score where the
+    env has constants.
     A side with fewer than `stats.MIN_RUNS_FOR_VERDICT` counted runs gets 'too few runs'; a spec that
     no run recorded, 'not run'. estimate: mean (paired: per-seed) difference of the compared variant
     minus the end it is compared with; ci_low/ci_high: its simultaneous interval; mdd: the difference
     the rows would detect with 80% power at the family's level.
     """
-    counted = stats.counted_runs(runs)
+    scores = stats.seed_scores(runs) if scores is None else scores
     cells = []
     for env in loading.env_order(runs["env"].tolist()):
         for comparison in ablation.comparisons(manifest, _env_specs(configs, env)):
-            x = _scores(counted, env, comparison.variant)
-            y = _scores(counted, env, comparison.against)
+            x = stats.cell_scores(scores, env, comparison.variant, METRIC)
+            y = stats.cell_scores(scores, env, comparison.against, METRIC)
             cell = {"env": env, "comparison": comparison, "n_runs": len(x), "n_against_runs": len(y)}
             if comparison.variant is None or comparison.against is None:
                 cell["verdict"] = NOT_RUN
@@ -257,6 +252,7 @@ def for_report(
     runs: pd.DataFrame,
     configs: Mapping[tuple[str, str, int], dict],
     classes: Mapping[str, str],
+    scores: pd.DataFrame | None = None,
 ) -> Attribution | None:
     """The attribution of the results folders read, None when none holds an ablation manifest. An
     unreadable manifest gives a section that says so (the rest of the report stands)."""
@@ -267,5 +263,5 @@ def for_report(
         return Attribution(pd.DataFrame(columns=list(ATTRIBUTION_COLUMNS)), text, f"Attribution not made: {exc}\n")
     if manifest is None:
         return None
-    table = attribution_table(manifest, runs, configs)
+    table = attribution_table(manifest, runs, configs, scores)
     return Attribution(table, section_html(table, manifest, classes), markdown_table(table, manifest))

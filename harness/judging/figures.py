@@ -124,6 +124,7 @@ def _variant_legend(
 def draw_figures(
     out_dir: Path,
     runs: pd.DataFrame,
+    scores: pd.DataFrame,
     summary: pd.DataFrame,
     verdicts: pd.DataFrame,
     curves: pd.DataFrame,
@@ -143,8 +144,8 @@ def draw_figures(
             figures += plot_aggregate_intervals(out_dir, summary, metric, colors)
         final = verdicts[verdicts["metric"] == "final_return"]
         for env in envs:
-            figures += plot_paired_differences(out_dir, env, runs, final, colors, reference)
-        figures += plot_performance_profile(out_dir, runs, colors, reps, reference)
+            figures += plot_paired_differences(out_dir, env, runs, scores, final, colors, reference)
+        figures += plot_performance_profile(out_dir, scores, colors, reps, reference)
         figures += plot_probability_of_improvement(out_dir, final, envs, colors, reference)
         for env in envs:
             figures += plot_diagnostics(out_dir, env, diagnostics[diagnostics["env"] == env], colors)
@@ -259,7 +260,13 @@ def aggregate_row_labels(pooled: pd.DataFrame) -> dict[str, str]:
 
 
 def plot_paired_differences(
-    out_dir: Path, env: str, runs: pd.DataFrame, verdicts: pd.DataFrame, colors: Mapping[str, Any], reference: str
+    out_dir: Path,
+    env: str,
+    runs: pd.DataFrame,
+    scores: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    colors: Mapping[str, Any],
+    reference: str,
 ) -> list[FigureFile]:
     """Per variant: each seed's final-return difference from the reference's run of that seed (dots), the
     simultaneous interval of the mean difference (bar) and the equivalence band, in the verdicts' units."""
@@ -273,7 +280,6 @@ def plot_paired_differences(
     if units == "normalized" and not np.isnan(margin):
         ax.axvspan(-margin, margin, color="#b8d8b0", alpha=0.45, linewidth=0)
     ax.axvline(0.0, color="grey", linewidth=1)
-    counted = stats.counted_runs(runs)
     for row, variant in enumerate(variants):
         v = tested[tested["variant"] == variant].iloc[0]
         mine = runs[(runs["env"] == env) & (runs["variant"] == variant)]
@@ -288,7 +294,7 @@ def plot_paired_differences(
                 color="dimgrey",
             )
             continue
-        diffs = stats.paired_differences(counted, env, variant, reference, "final_return", units == "normalized")
+        diffs = stats.paired_differences(scores, env, variant, reference, "final_return", units == "normalized")
         ax.plot(
             [v["ci_low"], v["ci_high"]],
             [row, row],
@@ -336,27 +342,28 @@ def plot_paired_differences(
 
 
 def plot_performance_profile(
-    out_dir: Path, runs: pd.DataFrame, colors: Mapping[str, Any], reps: int, reference: str = stats.REFERENCE_NAME
+    out_dir: Path, scores: pd.DataFrame, colors: Mapping[str, Any], reps: int, reference: str = stats.REFERENCE_NAME
 ) -> list[FigureFile]:
-    """rliable performance profiles of the normalized final return, one small panel per variant beside the reference."""
-    counted = stats.counted_runs(runs)
-    envs = stats.normalizable_envs(counted["env"].tolist())
+    """rliable performance profiles of the normalized final return, one small panel per variant beside the reference.
+
+    scores: the report's `stats.seed_scores`."""
+    envs = stats.normalizable_envs(scores["env"].tolist())
     if not envs:
         return []
-    scores: dict[str, np.ndarray] = {}
-    for variant in loading.variant_order(counted["variant"].tolist()):
-        mine = counted[counted["variant"] == variant]
+    matrices: dict[str, np.ndarray] = {}
+    for variant in loading.variant_order(scores["variant"].tolist()):
+        mine = scores[scores["variant"] == variant]
         if all((mine["env"] == e).any() for e in envs):
-            scores[variant] = stats.score_dict(mine, "final_return", envs, normalize=True)[variant]
-    if not scores:
+            matrices[variant] = stats.score_dict(mine, "final_return", envs, normalize=True)[variant]
+    if not matrices:
         return []
-    finite = np.concatenate([m[~np.isnan(m)] for m in scores.values()])
+    finite = np.concatenate([m[~np.isnan(m)] for m in matrices.values()])
     # Thresholds span the observed scores (a margin either side), not a fixed [0, 1]: when every variant
     # ends near the target the profiles differ only in a narrow band, which a [0, 1] axis squeezes flat.
     low, high = float(finite.min()), float(finite.max())
     margin = max(0.05 * (high - low), 0.01)
     taus = np.linspace(low - margin, high + margin, 81)
-    profiles, intervals = stats.performance_profiles(scores, taus, reps)
+    profiles, intervals = stats.performance_profiles(matrices, taus, reps)
     others = [v for v in profiles if v != reference] or list(profiles)
     ncols = min(4, len(others))
     nrows = -(-len(others) // ncols)

@@ -174,19 +174,21 @@ def _build_report(
 ) -> ReportSummary:
     # Failed and diverged runs are scored (stats.score_failures): a variant is judged on all its runs.
     runs = stats.scored_runs(data)
+    scores = stats.seed_scores(runs)  # the one scoring pass: every table and figure below reads it
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     written.append(_write_runs_csv(out_dir / "runs.csv", data.runs, runs))
-    summary = stats.summary_table(runs, reps)
+    summary = stats.summary_table(runs, reps, scores)
     written.append(_write_frame(out_dir / "summary.csv", summary))
     verdicts = pd.concat(
-        [stats.verdict_table(runs, reference, metric=m, reps=reps) for m in stats.RETURN_METRICS], ignore_index=True
+        [stats.verdict_table(runs, reference, metric=m, reps=reps, scores=scores) for m in stats.RETURN_METRICS],
+        ignore_index=True,
     )
     written.append(_write_frame(out_dir / "verdicts.csv", verdicts))
     power = stats.power_table(verdicts)
     written.append(_write_frame(out_dir / "power.csv", power))
-    written.append(_write_frame(out_dir / "pairing.csv", stats.pairing_table(runs, reference)))
+    written.append(_write_frame(out_dir / "pairing.csv", stats.pairing_table(runs, reference, scores=scores)))
     failures = stats.failure_table(runs, reference)
     written.append(_write_frame(out_dir / "failures.csv", failures))
     targets = stats.target_table(stats.first_reach_steps(data.eval_curves, runs))
@@ -196,7 +198,7 @@ def _build_report(
     write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources])
     written.append(out_dir / "findings.md")
     sequential_section = _looks_section(sources[0], reference, out_dir, written)  # a sequential grid's
-    attributed = attribution.for_report(sources, runs, data.configs, VERDICT_CLASSES)  # an ablation grid's
+    attributed = attribution.for_report(sources, runs, data.configs, VERDICT_CLASSES, scores)  # an ablation grid's
     if attributed is not None:
         written.append(_write_frame(out_dir / "attribution.csv", attributed.table))
         records.atomic_write_text(out_dir / "attribution.md", attributed.markdown)
@@ -205,7 +207,7 @@ def _build_report(
     colors = variant_colors(runs["variant"].tolist(), reference)
     curves = stats.iqm_learning_curves(data.eval_curves, runs, reps)
     diagnostics = stats.mean_diagnostics(data.diagnostics)
-    figures = draw_figures(out_dir, runs, summary, verdicts, curves, diagnostics, colors, reference, reps)
+    figures = draw_figures(out_dir, runs, scores, summary, verdicts, curves, diagnostics, colors, reference, reps)
     written.extend(out_dir / f.filename for f in figures)
 
     page = render_html(

@@ -163,21 +163,25 @@ def scored_runs(records: RunRecords) -> pd.DataFrame:
 # --- score dicts ---------------------------------------------------------------------------------
 
 
-def score_dict(runs: pd.DataFrame, metric: str, envs: Sequence[str], normalize: bool = False) -> ScoreDict:
-    """`{variant: (max_runs, len(envs)) array}` of `metric` over the counted runs of `runs` (`counted_runs`).
+def score_dict(scores: pd.DataFrame, metric: str, envs: Sequence[str], normalize: bool = False) -> ScoreDict:
+    """`{variant: (max_runs, len(envs)) array}` of `metric` from a `seed_scores` frame (the counted runs).
 
-    Column j holds the runs of `envs[j]` (sorted by seed), NaN-padded below; a variant with no complete
-    run in some env of `envs` gets an all-NaN column there. `normalize` maps returns through
-    `normalization.normalized_score` (every env must then have constants).
+    Column j holds the runs of `envs[j]` (sorted by seed), NaN-padded below; a variant with no counted
+    run in some env of `envs` gets an all-NaN column there. `normalize` reads the normalized scores
+    (every env must then have constants), else the raw ones.
     """
-    counted = counted_runs(runs)
+    missing = [env for env in envs if normalize and not normalization.can_normalize(env)]
+    if missing:
+        raise KeyError(
+            f"no normalization constants for {missing[0]!r}; known: {', '.join(sorted(normalization.R_TARGET))}"
+        )
+    mine = scores[scores["metric"] == metric]
     out: ScoreDict = {}
-    for variant in variant_order(counted["variant"].tolist()):
+    for variant in variant_order(mine["variant"].tolist()):
         columns = []
         for env in envs:
-            cell = counted[(counted["variant"] == variant) & (counted["env"] == env)].sort_values("seed")
-            values = cell[metric].to_numpy(dtype=np.float64)
-            columns.append(normalization.normalized_score(values, env) if normalize else values)
+            cell = mine[(mine["variant"] == variant) & (mine["env"] == env)].sort_values("seed")
+            columns.append(cell["normalized" if normalize else "raw"].to_numpy(dtype=np.float64))
         height = max((len(c) for c in columns), default=0)
         matrix = np.full((height, len(envs)), np.nan)
         for j, column in enumerate(columns):
@@ -388,7 +392,7 @@ def normalizable_envs(envs: Sequence[str]) -> list[str]:
     return [e for e in env_order(envs) if normalization.can_normalize(e)]
 
 
-def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
+def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS, scores: pd.DataFrame | None = None) -> pd.DataFrame:
     """IQM, mean, median and optimality gap of final_return and auc_return, with 95% bootstrap intervals.
 
     Rows per (env, variant) on raw returns (optimality gap at the env's R_target, left out for an env
@@ -397,13 +401,15 @@ def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
     The counted runs enter (`counted_runs`: complete ones, and failed or diverged ones once
     `score_failures` has scored them); a variant without any in an env has no row there.
     Columns: env, variant, metric ('<final_return|auc_return>_<aggregate>'), estimate, ci_low, ci_high, n_runs.
+    scores: the runs' `seed_scores` (computed here when None: a report passes the one it computed).
     """
     counted = counted_runs(runs)
+    scores = seed_scores(runs) if scores is None else scores
     rows: list[tuple] = []
     for env in env_order(counted["env"].tolist()):
         gamma = normalization.R_TARGET.get(env)
         for metric in RETURN_METRICS:
-            for variant, matrix in score_dict(counted, metric, [env]).items():
+            for variant, matrix in score_dict(scores, metric, [env]).items():
                 if np.isnan(matrix).all():
                     continue
                 estimates = aggregate_intervals(matrix, gamma, reps, stable_seed(env, variant, metric))
@@ -415,7 +421,7 @@ def summary_table(runs: pd.DataFrame, reps: int = DEFAULT_REPS) -> pd.DataFrame:
         if not envs or not all((mine["env"] == e).any() for e in envs):
             continue
         for metric in RETURN_METRICS:
-            matrix = score_dict(mine, metric, envs, normalize=True)[variant]
+            matrix = score_dict(scores[scores["variant"] == variant], metric, envs, normalize=True)[variant]
             estimates = aggregate_intervals(matrix, 1.0, reps, stable_seed(ALL_ENVS, variant, metric))
             rows.extend(_summary_rows(ALL_ENVS, variant, metric, estimates, int(np.sum(~np.isnan(matrix)))))
     frame = pd.DataFrame(rows, columns=["env", "variant", "metric", "estimate", "ci_low", "ci_high", "n_runs"])
@@ -467,21 +473,64 @@ VERDICT_COLUMNS = (
 )
 
 
-def _seed_scores(runs: pd.DataFrame, env: str, variant: str, metric: str, normalize: bool) -> dict[int, float]:
-    """`{seed: score}` of the counted runs of one cell, normalized when `normalize`."""
-    cell = runs[(runs["env"] == env) & (runs["variant"] == variant)].dropna(subset=[metric])
-    values = cell[metric].to_numpy(dtype=np.float64)
-    if normalize:
-        values = normalization.normalized_score(values, env)
-    return dict(zip(cell["seed"].astype(int), values.tolist()))
+SEED_SCORE_COLUMNS = ("env", "variant", "seed", "metric", "raw", "normalized", "score", "state")
+
+
+def seed_scores(runs: pd.DataFrame) -> pd.DataFrame:
+    """The per-seed scores of a report: the one scoring pass that every table and figure reads.
+
+    runs: scored runs (`scored_runs`: failed and diverged runs carry their failure scores). Call it under
+    the normalization constants the report uses (`normalization.extended`).
+    Returns a frame of shape `(n_counted * len(RETURN_METRICS), len(SEED_SCORE_COLUMNS))`: one row per
+    counted run (`counted_runs`) and return metric, metric by metric, each in the runs' order. Columns:
+    env, variant, seed (int), metric (one of `RETURN_METRICS`), raw (the run's score in return units),
+    normalized (`normalization.normalized_score` of raw; NaN where the env has no constants), score (the
+    units a comparison uses: normalized where the env has constants, raw otherwise), state (the run's
+    state: 'complete', or that of a failed or diverged run that `score_failures` scored).
+    """
+    counted = counted_runs(runs)
+    envs = counted["env"].to_numpy(dtype=object)
+    can = np.array([normalization.can_normalize(env) for env in envs], dtype=bool)
+    frames = []
+    for metric in RETURN_METRICS:
+        raw = counted[metric].to_numpy(dtype=np.float64)
+        normalized = np.full(raw.shape, np.nan)
+        for env in dict.fromkeys(envs[can]):
+            at = envs == env
+            normalized[at] = normalization.normalized_score(raw[at], env)
+        columns = {
+            "env": envs,
+            "variant": counted["variant"].to_numpy(dtype=object),
+            "seed": counted["seed"].to_numpy(dtype=np.int64),
+            "metric": metric,
+            "raw": raw,
+            "normalized": normalized,
+            "score": np.where(can, normalized, raw),
+            "state": counted["state"].to_numpy(dtype=object),
+        }
+        frames.append(pd.DataFrame(columns, columns=list(SEED_SCORE_COLUMNS)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def cell_scores(
+    scores: pd.DataFrame, env: str, variant: str | None, metric: str, units: str = "score"
+) -> dict[int, float]:
+    """`{seed: value}` of one (env, variant, metric) cell of a `seed_scores` frame, in the runs' order.
+
+    units: the column read: 'score' (normalized where the env has constants), 'raw' or 'normalized'."""
+    cell = scores[(scores["env"] == env) & (scores["variant"] == variant) & (scores["metric"] == metric)]
+    return dict(zip(cell["seed"].tolist(), cell[units].tolist()))
 
 
 def paired_differences(
-    runs: pd.DataFrame, env: str, variant: str, reference: str, metric: str, normalize: bool
+    scores: pd.DataFrame, env: str, variant: str, reference: str, metric: str, normalize: bool
 ) -> dict[int, float]:
-    """`{seed: variant's metric - reference's}` over the seeds both have runs of in `env` (counted runs)."""
-    x = _seed_scores(runs, env, variant, metric, normalize)
-    y = _seed_scores(runs, env, reference, metric, normalize)
+    """`{seed: variant's metric - reference's}` over the seeds both have counted runs of in `env`.
+
+    scores: a `seed_scores` frame; normalized scores when `normalize`, raw ones otherwise."""
+    units = "normalized" if normalize else "raw"
+    x = cell_scores(scores, env, variant, metric, units)
+    y = cell_scores(scores, env, reference, metric, units)
     return {seed: x[seed] - y[seed] for seed in sorted(set(x) & set(y))}
 
 
@@ -500,6 +549,7 @@ def verdict_table(
     effect_sizes: bool = True,
     method: str = inference.BONFERRONI,
     draws: int = inference.SIMULTANEOUS_DRAWS,
+    scores: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Verdict of every variant but `reference`, per env and pooled over the normalizable envs.
 
@@ -522,22 +572,23 @@ def verdict_table(
     detect `target` at that level. poi: P(a variant run beats a reference run) with its bootstrap
     interval (rliable), an effect size beside the verdict (NaN with `effect_sizes=False`, which skips
     the bootstraps and the seeds search: the verdicts do not use them). method: how the family is held.
+    scores: the runs' `seed_scores` (computed here when None: a report passes the one it computed).
     """
     if method not in VERDICT_METHODS:
         raise ValueError(f"unknown verdict method {method!r} (known: {', '.join(VERDICT_METHODS)})")
-    counted = counted_runs(runs)
-    has_reference = bool((counted["variant"] == reference).any())
+    scores = seed_scores(runs) if scores is None else scores
+    has_reference = bool((scores["variant"] == reference).any())
     cells: list[dict] = []  # one per row, in order; "test" set where a comparison is made
     for variant in [v for v in variant_order(runs["variant"].tolist()) if v != reference]:
         mine = []
         for env in env_order(runs["env"].tolist()):
             if runs[(runs["variant"] == variant) & (runs["env"] == env)].empty:
                 continue  # this variant was not run on this env: no row rather than a misleading one
-            mine.append(_env_cell(counted, env, variant, reference, metric, min_runs, has_reference))
+            mine.append(_env_cell(scores, env, variant, reference, metric, min_runs, has_reference))
             if effect_sizes and "test" in mine[-1]:
                 x, y = mine[-1]["x"], mine[-1]["y"]
                 mine[-1]["poi"] = _poi(x, y, reps, stable_seed("poi", env, variant, reference, metric))
-        cells += [*mine, _pooled_cell(counted, mine, variant, reference, metric, has_reference, effect_sizes, reps)]
+        cells += [*mine, _pooled_cell(scores, mine, variant, reference, metric, has_reference, effect_sizes, reps)]
     family = [r for r in cells if "test" in r and not r.get("alias")]
     correlation = family_correlation(family) if method == inference.MANY_TO_ONE else None
     decisions = inference.decide(
@@ -558,13 +609,13 @@ def verdict_table(
 
 
 def _env_cell(
-    counted: pd.DataFrame, env: str, variant: str, reference: str, metric: str, min_runs: int, has_reference: bool
+    scores: pd.DataFrame, env: str, variant: str, reference: str, metric: str, min_runs: int, has_reference: bool
 ) -> dict:
     """One env's row of a verdict table before the family is decided: its scores `x`, `y` (`{seed: score}`)
     and, where both sides have `min_runs` runs, its `test`; else its verdict."""
     normalize = normalization.can_normalize(env)
-    x = _seed_scores(counted, env, variant, metric, normalize)
-    y = _seed_scores(counted, env, reference, metric, normalize)
+    x = cell_scores(scores, env, variant, metric)
+    y = cell_scores(scores, env, reference, metric)
     row = {
         "env": env,
         "variant": variant,
@@ -585,7 +636,7 @@ def _env_cell(
 
 
 def _pooled_cell(
-    counted: pd.DataFrame,
+    scores: pd.DataFrame,
     env_cells: Sequence[dict],
     variant: str,
     reference: str,
@@ -614,7 +665,7 @@ def _pooled_cell(
         pooled["test"] = inference.pooled_test([r["test"] for r in compared])
         pooled["alias"] = len(compared) == 1  # the same comparison as its env's row
         if effect_sizes:
-            both = score_dict(counted, metric, envs)
+            both = score_dict(scores, metric, envs)
             seed = stable_seed("poi", ALL_ENVS, *envs, variant, reference, metric)
             pooled["poi"] = probability_of_improvement(both[variant], both[reference], reps, seed)
     return pooled
@@ -764,7 +815,9 @@ PAIRING_COLUMNS = (
 )
 
 
-def pairing_table(runs: pd.DataFrame, reference: str = "reference", level: float = 0.95) -> pd.DataFrame:
+def pairing_table(
+    runs: pd.DataFrame, reference: str = "reference", level: float = 0.95, scores: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """What pairing by seed buys, per (env, variant, metric): on the seeds both sides have (at least
     `inference.MIN_PAIRS`), the correlation of the two sides' per-seed scores and the half-width of the
     `level` interval of the difference, paired t against Welch's unpaired t on the same runs.
@@ -772,17 +825,18 @@ def pairing_table(runs: pd.DataFrame, reference: str = "reference", level: float
     ratio = half_width_paired / half_width_unpaired: below 1 the seed's shared randomness narrows the
     interval. One comparison's interval (no family correction), in normalized score where the env has
     constants. Counted runs, as in `verdict_table`. Columns: `PAIRING_COLUMNS`.
+    scores: the runs' `seed_scores` (computed here when None: a report passes the one it computed).
     """
-    counted = counted_runs(runs)
+    scores = seed_scores(runs) if scores is None else scores
     rows = []
     for env in env_order(runs["env"].tolist()):
         normalize = normalization.can_normalize(env)
-        ref = {metric: _seed_scores(counted, env, reference, metric, normalize) for metric in RETURN_METRICS}
+        ref = {metric: cell_scores(scores, env, reference, metric) for metric in RETURN_METRICS}
         for variant in variant_order(runs.loc[runs["env"] == env, "variant"].tolist()):
             if variant == reference:
                 continue
             for metric in RETURN_METRICS:
-                xs, ys = inference.aligned_by_seed(_seed_scores(counted, env, variant, metric, normalize), ref[metric])
+                xs, ys = inference.aligned_by_seed(cell_scores(scores, env, variant, metric), ref[metric])
                 if xs.size < inference.MIN_PAIRS:
                     continue
                 paired, unpaired = inference.paired_test(xs, ys), inference.welch_test(xs, ys)
