@@ -34,6 +34,7 @@ from .report import cmd_report, report_dir
 DEFAULT_SEEDS = 5
 
 if TYPE_CHECKING:
+    from ..live import LiveReport
     from ..running.envs import EnvRef
     from ..running.grid import GridRequest
 
@@ -185,7 +186,6 @@ def _add_reporting_options(run: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Train the grid of `args` (see `add_run`); 0, or 1 with --strict when a run failed or diverged."""
-    from ..live import LiveReport
     from ..running import grid, launch
 
     if args.until_decided:
@@ -210,19 +210,8 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if slow:
         print(slow, flush=True)
     out = request.out
-    live = (
-        None
-        if args.no_report or args.backend == "ray"
-        else LiveReport(
-            out,
-            report_dir(out, None),
-            args.report_every,
-            targets,
-            randoms,
-            still_to_come=lambda: records.still_to_come(out),
-        )
-    )
-    deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
+    live = None if args.backend == "ray" else live_report(args, out, targets, randoms)
+    deadline = stop_deadline(args)
     launch.train(planned.jobs, out, workers, args.backend, args.address, on_finished=live, deadline=deadline)
     counts = launch.record(out, request.variants, request.envs)
     print(f"runs.csv in {out}")
@@ -230,6 +219,27 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cmd_report(out, None, targets, randoms, pending=records.still_to_come(out))  # another grid's, if any
     bad = sum(v for k, v in counts.items() if k != "complete")
     return 1 if args.strict and bad else 0
+
+
+def live_report(args: argparse.Namespace, out: Path, targets: dict, randoms: dict) -> LiveReport | None:
+    """The report rebuilt as a grid's runs finish, or None with --no-report."""
+    from ..live import LiveReport
+
+    if args.no_report:
+        return None
+    return LiveReport(
+        out,
+        report_dir(out, None),
+        args.report_every,
+        targets,
+        randoms,
+        still_to_come=lambda: records.still_to_come(out),
+    )
+
+
+def stop_deadline(args: argparse.Namespace) -> float | None:
+    """The wall-clock time (time.time()) after which --stop-after starts no run, or None."""
+    return None if args.stop_after is None else time.time() + 60 * args.stop_after
 
 
 def _require_backend(args: argparse.Namespace) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from collections.abc import Sequence
 
 from .. import records
 from .common import UsageError
-from .report import cmd_report, report_dir
-from .run import grid_request
+from .report import cmd_report
+from .run import grid_request, live_report, stop_deadline
 
 
 def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -23,7 +22,6 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from .. import sequential_grid
     from ..judging import looks
     from ..judging.stats import REFERENCE_NAME
-    from ..live import LiveReport
     from ..running import grid, launch
 
     if args.backend != "local":
@@ -44,17 +42,8 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(sequential_grid.dry_run_text(request, design, REFERENCE_NAME))
             return 0
         out = request.out
-        live = None
-        if not args.no_report:
-            live = LiveReport(
-                out,
-                report_dir(out, None),
-                args.report_every,
-                targets,
-                randoms,
-                still_to_come=lambda: records.still_to_come(out),
-            )
-        deadline = None if args.stop_after is None else time.time() + 60 * args.stop_after
+        live = live_report(args, out, targets, randoms)
+        deadline = stop_deadline(args)
         state = sequential_grid.run_until_decided(
             request, design, REFERENCE_NAME, 1 if cuda else args.workers, deadline=deadline, on_finished=live
         )
