@@ -27,6 +27,15 @@ needs_sb3 = pytest.mark.skipif(
 )
 
 ENV = "Pendulum-v1"
+
+
+def mixed_grid_args(out) -> list[str]:
+    """`harness run` arguments for a tiny grid of reference (2 members) beside sb3-sac, into `out`."""
+    grid = f"run --variants reference,sb3-sac --envs {ENV} --seeds 2 --steps 200 --profile smoke --members 2"
+    small = "--workers 1 --no-report --set learning_starts=64 --set batch_size=64 --set hidden_sizes=16,16"
+    return [*grid.split(), *small.split(), "--out", str(out)]
+
+
 # Small enough to train in a second or two; learning_starts + 1 >= batch_size, as spec_problems asks.
 TINY = dict(learning_starts=64, batch_size=64, hidden_sizes=(16, 16))
 STEPS = 300
@@ -146,34 +155,7 @@ def test_time_limit_truncation_bootstraps_from_the_last_observation(tmp_path):
 @pytest.mark.slow  # about 13 s: four runs with the smoke profile's 20 evaluations
 def test_grid_of_reference_and_sb3_writes_the_same_records(tmp_path, capsys):
     out = tmp_path / "grid"
-    code = main(
-        [
-            "run",
-            "--variants",
-            "reference,sb3-sac",
-            "--envs",
-            ENV,
-            "--seeds",
-            "2",
-            "--steps",
-            "200",
-            "--profile",
-            "smoke",
-            "--members",
-            "2",
-            "--workers",
-            "1",
-            "--out",
-            str(out),
-            "--no-report",
-            "--set",
-            "learning_starts=64",
-            "--set",
-            "batch_size=64",
-            "--set",
-            "hidden_sizes=16,16",
-        ]
-    )
+    code = main(mixed_grid_args(out))
     assert code == 0, capsys.readouterr().err
     runs = pd.read_csv(out / "runs.csv")
     assert sorted(zip(runs.variant, runs.seed, runs.state, runs.env_steps)) == [
@@ -199,37 +181,7 @@ def test_grid_of_reference_and_sb3_writes_the_same_records(tmp_path, capsys):
         assert diagnostics["entropy"].isna().all() and (diagnostics["nonfinite_count"] == 0).all()
     assert json.loads((run_path(out, 0, "reference") / "config.json").read_text())["members"] == 2
     # A rerun skips every finished run, sb3's included.
-    assert (
-        main(
-            [
-                "run",
-                "--variants",
-                "reference,sb3-sac",
-                "--envs",
-                ENV,
-                "--seeds",
-                "2",
-                "--steps",
-                "200",
-                "--profile",
-                "smoke",
-                "--members",
-                "2",
-                "--workers",
-                "1",
-                "--out",
-                str(out),
-                "--no-report",
-                "--set",
-                "learning_starts=64",
-                "--set",
-                "batch_size=64",
-                "--set",
-                "hidden_sizes=16,16",
-            ]
-        )
-        == 0
-    )
+    assert main(mixed_grid_args(out)) == 0
     assert "4 already finished, 0 jobs" in capsys.readouterr().out
 
 
