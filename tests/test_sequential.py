@@ -145,6 +145,21 @@ def test_adastop_wrapper_agrees_with_the_package() -> None:
     assert looks[-1].decisions["broken"].verdict == sq.WORSE
 
 
+def test_a_replaying_rule_asked_for_its_last_look_decides_as_look_by_look() -> None:
+    # The studies ask adastop for its last look alone; it must hold the decisions, and the seeds and
+    # look of each, that judging every look in order reaches.
+    scores = _scores(np.random.default_rng(2), seeds=15)
+    design = sq.SequentialDesign(rule="adastop", look_every=5, max_seeds=15)
+    in_order = _run(scores, design)[-1]
+    direct = sq.decide_look(scores, "reference", in_order.index, design)
+    assert {v: (d.verdict, d.seeds, d.look) for v, d in direct.decisions.items()} == {
+        v: (d.verdict, d.seeds, d.look) for v, d in in_order.decisions.items()
+    }
+    assert direct.decisions["broken"].verdict == sq.WORSE
+    with pytest.raises(ValueError, match="in order"):
+        sq.decide_look(scores, "reference", 2, sq.SequentialDesign(look_every=5, max_seeds=15))
+
+
 def test_paired_rule_holds_its_family_wise_error_on_normal_nulls() -> None:
     # 300 null grids of 3 variants against a reference, looks at 5, 10 and 15 seeds: a spurious better or
     # worse at any look in at most 5% of them (up to Monte Carlo error: 2.5 standard errors, 8.2%).

@@ -214,11 +214,12 @@ def decide_look(
 
     scores: `{variant: {seed: score}}` of one metric and environment, the reference included; each
     comparison is judged on the seeds below `design.seeds_at(look_index)` that both sides have.
-    previous: the look before (None at look 1); its decisions stand and its state is carried on.
+    previous: the look before (None at look 1, or at any look of a rule in REPLAYING_RULES); its
+    decisions stand and its state is carried on.
     Raises ValueError on a look out of order or a reference without scores.
     """
     expected = 1 if previous is None else previous.index + 1
-    if look_index != expected:
+    if look_index != expected and not (previous is None and design.rule in REPLAYING_RULES):
         raise ValueError(f"look {look_index} follows look {expected - 1}; judge the looks in order")
     if reference not in scores or not scores[reference]:
         raise ValueError(f"no scores of the reference {reference!r}")
@@ -540,3 +541,6 @@ def _adastop_open(names: Sequence[str], decided_at: Mapping[str, tuple[str, int]
 
 RuleFunction = Callable[[Mapping[str, Mapping[int, float]], str, int, SequentialDesign, Look | None], Look]
 RULES: dict[str, RuleFunction] = {"paired": paired_rule, "adastop": adastop_rule}
+# Rules that judge look k by replaying looks 1..k from the scores alone (they carry no state): their
+# look k can be asked for directly, with no look before it.
+REPLAYING_RULES = frozenset({"adastop"})

@@ -95,9 +95,13 @@ def sequential_looks(
     scores: np.ndarray, design: sequential.SequentialDesign, shift_row: int | None = None
 ) -> list[sequential.Look]:
     """The looks of `design` on one metric of one synthetic report `(compared + 1, max_seeds)` (row 0 the
-    reference; variant k is row k), until every comparison is decided or the last look."""
+    reference; variant k is row k), until every comparison is decided or the last look (a replaying
+    rule: its last look alone, which holds every decision and the seeds it was reached at)."""
     table = {"reference": dict(enumerate(scores[0].tolist()))}
     table |= {f"v{k}": dict(enumerate(scores[k].tolist())) for k in range(1, scores.shape[0])}
+    if design.rule in sequential.REPLAYING_RULES:
+        # its last look replays every look before it: judging each look too would repeat that work
+        return [sequential.decide_look(table, "reference", design.looks, design)]
     looks: list[sequential.Look] = []
     for index in range(1, design.looks + 1):
         looks.append(sequential.decide_look(table, "reference", index, design, looks[-1] if looks else None))
