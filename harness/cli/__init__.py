@@ -51,6 +51,7 @@ SUBCOMMANDS = (
     studies.add_shape_study,
     report.add_report,
     report.add_status,
+    report.add_verdict_matrix,
     tools.add_export,
 )
 

@@ -99,6 +99,38 @@ def report_dir(results: Path, out: Path | None) -> Path:
     return Path(out) if out else Path("reports") / Path(results).resolve().name
 
 
+def add_verdict_matrix(sub: argparse._SubParsersAction) -> None:
+    """The `verdict-matrix` subcommand's parser."""
+    matrix = sub.add_parser(
+        "verdict-matrix",
+        help="every variant x environment verdict at a glance, from reports' verdicts.csv (PNG and Markdown)",
+    )
+    matrix.add_argument("reports", nargs="+", help="report folders, one study each, e.g. reports/pendulum-20k")
+    matrix.add_argument(
+        "--out", default="reports/verdict_matrix.png", help="the PNG (default reports/verdict_matrix.png)"
+    )
+    matrix.add_argument("--markdown", default=None, help="also write the matrix as Markdown tables to this file")
+    matrix.set_defaults(handle=_handle_verdict_matrix)
+
+
+def _handle_verdict_matrix(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from ..judging import verdict_matrix
+
+    try:
+        frame = verdict_matrix.write_matrix(
+            [Path(r) for r in args.reports], Path(args.out), Path(args.markdown) if args.markdown else None
+        )
+    except verdict_matrix.MatrixError as exc:
+        raise UsageError(f"verdict-matrix: {exc}") from exc
+    counts = frame["verdict"].map(verdict_matrix.short_verdict).value_counts()
+    told = ", ".join(f"{counts.get(v, 0)} {v}" for v in verdict_matrix.COLORS)
+    print(
+        f"verdict-matrix: {len(frame)} comparisons ({told}) -> {args.out}"
+        + (f", {args.markdown}" if args.markdown else "")
+    )
+    return 0
+
+
 def add_status(sub: argparse._SubParsersAction) -> None:
     """The `status` subcommand's parser."""
     status = sub.add_parser("status", help="the runs of a results folder: finished, training now, or stopped")

@@ -1,0 +1,184 @@
+"""Every variant x environment verdict at a glance, read from committed reports' verdicts.csv.
+
+A verdict matrix reads what reports already decided; it computes no statistic of its own, so each of
+its cells is a row of one report's verdicts.csv (the per-environment rows, not the pooled `all`), and
+a README built from it cites numbers its reports show. One frame is the data contract:
+
+    verdict_frame(report_dirs) -> DataFrame, one row per (study, env, variant, metric), columns
+        study       the report folder's name (one study: an environment at one budget)
+        env, variant, metric, verdict, difference, ci_low, ci_high, mdd, n_pairs
+
+Only comparisons against the variant named `reference` are kept: a study judged against another
+variant (an ablation's `--reference reward-scaled`) answers another question.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window; must precede pyplot's import
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from .. import records  # noqa: E402
+from . import inference, stats  # noqa: E402
+
+COLUMNS = ("env", "variant", "reference", "metric", "verdict", "difference", "ci_low", "ci_high", "mdd", "n_pairs")
+# The matrix's four answers; "open" is the report's "no detectable difference" (and its "too few runs").
+SHORT = {
+    inference.BETTER: "better",
+    inference.WORSE: "worse",
+    inference.EQUIVALENT: "equivalent",
+}
+OPEN = "open"
+COLORS = {"better": "#4c9a2a", "worse": "#d55e00", "equivalent": "#56b4e9", OPEN: "#d9d9d9"}
+METRIC_TITLES = {"final_return": "final return", "auc_return": "auc_return (area under the curve)"}
+
+
+class MatrixError(ValueError):
+    """A report folder cannot be read as a study of the matrix (a usage error)."""
+
+
+def verdict_frame(report_dirs: Sequence[Path], reference: str = stats.REFERENCE_NAME) -> pd.DataFrame:
+    """The verdicts of `report_dirs` against `reference`, one row per (study, env, variant, metric).
+
+    Raises MatrixError naming the folder when one has no verdicts.csv, lacks a column, or holds no
+    comparison against `reference`.
+    """
+    frames = []
+    for folder in report_dirs:
+        path = Path(folder) / "verdicts.csv"
+        if not path.is_file():
+            raise MatrixError(f"{folder} has no verdicts.csv (build it with: python -m harness report RESULTS)")
+        try:
+            table = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise MatrixError(f"{path} is not a readable table: {exc}") from exc
+        missing = [c for c in COLUMNS if c not in table.columns]
+        if missing:
+            raise MatrixError(f"{path} lacks the column(s) {', '.join(missing)}")
+        table = table[(table["env"] != "all") & (table["reference"] == reference)]
+        if table.empty:
+            raise MatrixError(f"{path} holds no comparison against {reference!r}")
+        frames.append(table[list(COLUMNS)].assign(study=Path(folder).resolve().name))
+    if not frames:
+        raise MatrixError("no report folder given")
+    return pd.concat(frames, ignore_index=True)
+
+
+def short_verdict(verdict: str) -> str:
+    """better / worse / equivalent, or open for a comparison the runs did not decide."""
+    return SHORT.get(verdict, OPEN)
+
+
+def _signed(x: float, places: int = 2) -> str:
+    return f"{x:+.{places}f}"
+
+
+def cell_text(row: pd.Series) -> str:
+    """One comparison in words: 'better +0.44 [+0.08, +0.80], 10 seeds' or 'open (MDD 0.49), 10 seeds'."""
+    seeds = f"{int(row['n_pairs'])} seeds"
+    verdict = short_verdict(row["verdict"])
+    if verdict == OPEN:
+        mdd = row["mdd"]
+        return f"open (MDD {mdd:.2f}), {seeds}" if np.isfinite(mdd) else f"open, {seeds}"
+    return f"{verdict} {_signed(row['difference'])} [{_signed(row['ci_low'])}, {_signed(row['ci_high'])}], {seeds}"
+
+
+def _studies(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    return list(dict.fromkeys(zip(frame["study"], frame["env"])))
+
+
+def _variants(frame: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(frame["variant"]))
+
+
+def matrix_markdown(frame: pd.DataFrame, metric: str) -> list[str]:
+    """A Markdown table for `metric`: a row per variant, a column per study, each cell `cell_text`
+    ('-' where the study did not run the variant)."""
+    studies = _studies(frame)
+    rows = frame[frame["metric"] == metric]
+    lines = [
+        "| variant | " + " | ".join(f"{env} ({study})" for study, env in studies) + " |",
+        "| --- | " + " | ".join("---" for _ in studies) + " |",
+    ]
+    for variant in _variants(frame):
+        cells = []
+        for study, env in studies:
+            match = rows[(rows["study"] == study) & (rows["env"] == env) & (rows["variant"] == variant)]
+            cells.append(cell_text(match.iloc[0]) if not match.empty else "-")
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def matrix_png(frame: pd.DataFrame, metrics: Sequence[str] = stats.RETURN_METRICS) -> bytes:
+    """The matrix as a PNG: a panel per metric, a row per variant, a column per study; each cell
+    colored by its verdict and labelled with the difference (or the MDD where open) and the seeds."""
+    studies = _studies(frame)
+    variants = _variants(frame)
+    width = 1.9 * len(studies) + 1.6
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(width * len(metrics), 0.42 * len(variants) + 1.6), squeeze=False, sharey=True
+    )
+    for ax, metric in zip(axes[0], metrics):
+        rows = frame[frame["metric"] == metric]
+        for j, (study, env) in enumerate(studies):
+            for i, variant in enumerate(variants):
+                match = rows[(rows["study"] == study) & (rows["env"] == env) & (rows["variant"] == variant)]
+                if match.empty:
+                    ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor="white", edgecolor="#bbbbbb", lw=0.5))
+                    ax.text(j + 0.5, i + 0.5, "not run", ha="center", va="center", fontsize=7, color="#888888")
+                    continue
+                row = match.iloc[0]
+                verdict = short_verdict(row["verdict"])
+                ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=COLORS[verdict], edgecolor="white", lw=1.5))
+                figure = f"MDD {row['mdd']:.2f}" if verdict == OPEN else _signed(row["difference"])
+                ax.text(
+                    j + 0.5, i + 0.5, f"{figure}\n{int(row['n_pairs'])} seeds", ha="center", va="center", fontsize=7
+                )
+        ax.set_xlim(0, len(studies))
+        ax.set_ylim(len(variants), 0)
+        ax.set_xticks(np.arange(len(studies)) + 0.5)
+        ax.set_xticklabels([f"{env}\n{study}" for study, env in studies], fontsize=7)
+        ax.xaxis.tick_top()
+        ax.set_yticks(np.arange(len(variants)) + 0.5)
+        ax.set_yticklabels(variants, fontsize=8)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.set_title(METRIC_TITLES.get(metric, metric), fontsize=9, pad=28)
+    handles = [Patch(facecolor=c, label=v) for v, c in COLORS.items()]
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+        title="each variant against the reference: normalized difference (MDD where open), paired seeds",
+        title_fontsize=8,
+    )
+    buffer = io.BytesIO()
+    # Software-only metadata: the same verdicts give the same PNG bytes.
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_matrix(report_dirs: Sequence[Path], out_png: Path, out_markdown: Path | None = None) -> pd.DataFrame:
+    """Write the matrix PNG (and its Markdown tables, one per metric) atomically; returns the frame."""
+    frame = verdict_frame(report_dirs)
+    records.atomic_write_bytes(Path(out_png), matrix_png(frame))
+    if out_markdown is not None:
+        parts = []
+        for metric in stats.RETURN_METRICS:
+            parts += [f"### {METRIC_TITLES[metric]}", "", *matrix_markdown(frame, metric), ""]
+        records.atomic_write_text(Path(out_markdown), "\n".join(parts))
+    return frame
