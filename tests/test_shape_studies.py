@@ -37,6 +37,18 @@ def test_a_large_shift_is_decided_better_at_the_first_look() -> None:
     assert (seq.better, seq.mean_seeds) == (3, 5.0)  # decided at the first look, 5 seeds each
 
 
+def test_crude_rule_bonferronis_over_comparisons_and_looks() -> None:
+    # Differences 1, 2, 3, 4, 5 at 5 seeds: mean 3, se sqrt(2.5 / 5) = 0.7071, t = 4.243 on 4 df.
+    # Bonferroni over 2 comparisons x 2 looks: two-sided 0.0125 each, t quantile 4.85 > 4.243, so open at
+    # look 1; over 1 comparison x 2 looks (0.025: quantile 3.50) it is better at 5 seeds.
+    reference = np.zeros(10)
+    better = np.array([1, 2, 3, 4, 5, 1, 2, 3, 4, 5], dtype=float)
+    noise = np.array([1, -1, 2, -2, 0.5, -0.5, 1, -1, 0.3, -0.3])
+    assert shape_studies.crude_calls(np.stack([reference, better]), [5, 10]) == [(inference.BETTER, 5)]
+    calls = shape_studies.crude_calls(np.stack([reference, better, noise]), [5, 10])
+    assert calls == [(inference.BETTER, 10), (sequential.OPEN, 10)]  # t = 6.36 on 9 df at look 2
+
+
 def test_replay_counts_the_runs_a_rule_spends(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     base = -300 + 20 * rng.normal(size=10)

@@ -74,6 +74,12 @@ def add_shape_study(sub: argparse._SubParsersAction) -> None:
     shapes.add_argument(
         "--rules", default="paired:pocock,paired:obrien-fleming", help="sequential rules[:spending], comma-separated"
     )
+    shapes.add_argument(
+        "--crude-looks",
+        default=None,
+        help="shift and replay studies: also the crude rule (paired t, Bonferroni over comparisons and "
+        "looks) at these seed counts, e.g. 5,10",
+    )
     shapes.add_argument("--shifts", default="0.1,0.25", help="shift study: normalized shifts (0.1,0.25)")
     shapes.add_argument("--metric", default="final_return", choices=("final_return", "auc_return"))
     shapes.set_defaults(handle=cmd_shape_study)
@@ -158,6 +164,7 @@ def cmd_shape_study(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         draws = sequential.BOUNDARY_DRAWS if args.study == "replay" else shape_studies.STUDY_BOUNDARY_DRAWS
         designs = shape_studies.parse_rules(args.rules, args.look_every, args.max_seeds, draws)
+        crude = _counts(args.crude_looks, "--crude-looks") if args.crude_looks else []
         if args.study == "null":
             seeds = [] if args.seeds.strip() == "none" else _counts(args.seeds, "--seeds")
             methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -172,9 +179,11 @@ def cmd_shape_study(args: argparse.Namespace, argv: Sequence[str]) -> int:
         elif args.study == "shift":
             shifts = _shifts(args.shifts)
             seeds = _counts(args.seeds, "--seeds")
-            lines = shape_studies.run_shift(folders, shifts, seeds, designs, args.reports, args.compared, args.metric)
+            lines = shape_studies.run_shift(
+                folders, shifts, seeds, designs, args.reports, args.compared, args.metric, crude_looks=crude
+            )
         else:
-            lines = shape_studies.run_replay(folders, designs)
+            lines = shape_studies.run_replay(folders, designs, crude)
         for line in lines:
             print(line, flush=True)  # a study's rows as they are measured
     except ValueError as exc:  # StudyError, and a design the sequential module refuses

@@ -110,6 +110,30 @@ def sequential_looks(
     return looks
 
 
+def crude_calls(scores: np.ndarray, looks: Sequence[int], alpha: float = inference.ALPHA) -> list[tuple[str, int]]:
+    """The crude sequential rule the sequential rules are measured against: at each of `looks` (seed
+    counts) a paired t interval per open comparison at level 1 - alpha / (m len(looks)) (Bonferroni over
+    the m comparisons and the looks), read as better / worse / equivalent within the margin like the
+    report's; a decided comparison stops. `scores` `(m + 1, max(looks))`, row 0 the reference.
+    Returns (verdict, seeds) per comparison: the look's seeds where decided, else the last look's."""
+    m = scores.shape[0] - 1
+    level = 1 - alpha / (m * len(looks))
+    out: list[tuple[str, int] | None] = [None] * m
+    for n in looks:
+        for k in range(m):
+            if out[k] is not None:
+                continue
+            low, high = inference.paired_test(scores[k + 1, :n], scores[0, :n]).interval(level)
+            verdict = sequential._verdict(low, high, inference.EQUIVALENCE_MARGIN)
+            if verdict != sequential.OPEN:
+                out[k] = (verdict, n)
+    return [c if c is not None else (sequential.OPEN, looks[-1]) for c in out]
+
+
+def crude_name(looks: Sequence[int], compared: int) -> str:
+    return f"crude: paired t at {', '.join(map(str, looks))} seeds, Bonferroni over {compared} x {len(looks)}"
+
+
 @dataclass(frozen=True)
 class NullRow:
     """Spurious verdicts of one design on one shape: `spurious[metric]` reports of `reports` with any."""
@@ -198,16 +222,22 @@ def shift_study(
     compared: int,
     rng_seed: int,
     metric: str = "final_return",
+    crude_looks: Sequence[int] = (),
 ) -> list[ShiftRow]:
-    """Null reports with `shift` added to variant 1's `metric`: the rate each design decides it correctly."""
+    """Null reports with `shift` added to variant 1's `metric`: the rate each design decides it correctly
+    (`crude_looks`: also the crude rule of `crude_calls` at those seed counts)."""
     k = METRICS.index(metric)
-    most = max([*fixed_seeds, *(d.max_seeds for d in designs)])
+    most = max([*fixed_seeds, *crude_looks, *(d.max_seeds for d in designs)])
     draws = draw_reports(pool, reports, compared, most, rng_seed)[:, :, :, k]
     draws[:, 1, :] += shift
     rows = []
     for n in fixed_seeds:
         calls = [fixed_calls(report[:, :n], inference.BONFERRONI)[0] for report in draws]
         rows.append(_shift_row(shape, f"fixed {n} seeds, {inference.BONFERRONI}", shift, calls, [n] * reports))
+    if crude_looks:
+        crude = [crude_calls(report[:, : max(crude_looks)], crude_looks)[0] for report in draws]
+        name = crude_name(crude_looks, compared)
+        rows.append(_shift_row(shape, name, shift, [c for c, _ in crude], [n for _, n in crude]))
     for design in designs:
         finals = [sequential_looks(report[:, : design.max_seeds], design)[-1].decisions["v1"] for report in draws]
         rows.append(
@@ -264,6 +294,24 @@ def replay(
     fixed = sum(len(s) for v, s in scores.items() if v != "reference")
     decided = sum(d.decided for d in final.values())
     return ReplayRow(campaign, metric, design_name(design), decided, verdicts, spent, fixed)
+
+
+def replay_crude(
+    scores: Mapping[str, Mapping[int, float]], campaign: str, metric: str, looks: Sequence[int]
+) -> ReplayRow:
+    """A campaign through the crude rule (`crude_calls`) at `looks`, on the seeds every variant has."""
+    variants = [v for v in scores if v != "reference"]
+    seeds = sorted(set.intersection(*(set(scores[v]) for v in scores)))
+    if len(seeds) < max(looks):
+        raise StudyError(f"{campaign} has {len(seeds)} seeds every variant ran; the crude looks need {max(looks)}")
+    matrix = np.array([[scores[v][s] for s in seeds[: max(looks)]] for v in ["reference", *variants]])
+    calls = crude_calls(matrix, looks)
+    verdicts = {v: f"{c} at {n} seeds" for v, (c, n) in zip(variants, calls)}
+    decided = sum(c != sequential.OPEN for c, _ in calls)
+    spent = sum(n for _, n in calls)
+    return ReplayRow(
+        campaign, metric, crude_name(looks, len(variants)), decided, verdicts, spent, len(variants) * len(seeds)
+    )
 
 
 def replay_fixed(scores: Mapping[str, Mapping[int, float]], campaign: str, metric: str, method: str) -> ReplayRow:
@@ -349,6 +397,7 @@ def run_shift(
     compared: int,
     metric: str,
     rng_seed: int = 0,
+    crude_looks: Sequence[int] = (),
 ) -> list[str]:
     """The shift study's markdown table."""
     rows = []
@@ -357,13 +406,16 @@ def run_shift(
         pool = reference_pool(folder, env)
         for shift in shifts:
             rows += shift_study(
-                pool, f"{folder.name} {metric}", shift, designs, seeds, reports, compared, rng_seed, metric
+                pool, f"{folder.name} {metric}", shift, designs, seeds, reports, compared, rng_seed, metric, crude_looks
             )
     return format_shift_rows(rows, compared)
 
 
-def run_replay(folders: Sequence[Path], designs: Sequence[sequential.SequentialDesign]) -> list[str]:
-    """The replay table: each campaign, metric and rule (the fixed rule on all seeds first)."""
+def run_replay(
+    folders: Sequence[Path], designs: Sequence[sequential.SequentialDesign], crude_looks: Sequence[int] = ()
+) -> list[str]:
+    """The replay table: each campaign, metric and rule (the fixed rule on all seeds first, then the
+    crude rule at `crude_looks` if given)."""
     rows = []
     for folder in folders:
         env = folder_env(folder)
@@ -373,5 +425,7 @@ def run_replay(folders: Sequence[Path], designs: Sequence[sequential.SequentialD
                 raise StudyError(f"{folder} holds no reference run of {env}")
             for method in FIXED_METHODS:
                 rows.append(replay_fixed(scores[metric], folder.name, metric, method))
+            if crude_looks:
+                rows.append(replay_crude(scores[metric], folder.name, metric, crude_looks))
             rows += [replay(scores[metric], folder.name, metric, design) for design in designs]
     return format_replay_rows(rows)
