@@ -134,7 +134,12 @@ def test_adastop_wrapper_agrees_with_the_package() -> None:
     looks = _run(scores, design)
     names = ["reference", "broken", "same", "noisy"]
     comparator = MultipleAgentsComparator(
-        n=5, K=3, B=sq.ADASTOP_PERMUTATIONS, comparisons=np.array([(1, 0), (2, 0), (3, 0)]), alpha=0.05, seed=0
+        n=5,
+        K=3,
+        B=sq.ADASTOP_PERMUTATIONS,
+        comparisons=np.array([(1, 0), (2, 0), (3, 0)]),
+        alpha=0.05 * sq.ADASTOP_LEVEL_SHARE,
+        seed=0,
     )
     for k in range(1, len(looks) + 1):
         comparator.partial_compare({n: np.array([scores[n][s] for s in range(5 * k)]) for n in names}, verbose=False)
@@ -143,6 +148,28 @@ def test_adastop_wrapper_agrees_with_the_package() -> None:
         said = comparator.decisions[str(np.array([i, 0]))]
         assert looks[-1].decisions[name].verdict == expected.get(said, sq.OPEN)
     assert looks[-1].decisions["broken"].verdict == sq.WORSE
+
+
+def test_adastop_rule_holds_its_level_where_the_package_given_alpha_doubles_it() -> None:
+    # One comparison, one look of 5 runs a side: the package enumerates all 252 splits (exact). On 800
+    # normal nulls the package at alpha 0.05 rejects about 10% (its two-sided statistic against the
+    # signed max's law); the rule, which gives it half, must stay within 5% + 2.5 standard errors.
+    from adastop import MultipleAgentsComparator
+
+    rng = np.random.default_rng(4)
+    design = sq.SequentialDesign(rule="adastop", look_every=5, max_seeds=5)
+    trials, rule_rejects, package_rejects = 800, 0, 0
+    for _ in range(trials):
+        a, b = rng.normal(size=5), rng.normal(size=5)
+        look = sq.decide_look({"reference": dict(enumerate(a)), "v": dict(enumerate(b))}, "reference", 1, design)
+        rule_rejects += look.decisions["v"].verdict in (sq.BETTER, sq.WORSE)
+        package = MultipleAgentsComparator(
+            n=5, K=1, B=sq.ADASTOP_PERMUTATIONS, comparisons=np.array([(1, 0)]), alpha=0.05
+        )
+        package.partial_compare({"reference": a, "v": b}, verbose=False)
+        package_rejects += package.decisions[str(np.array([1, 0]))] in ("larger", "smaller")
+    bound = 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / trials)
+    assert rule_rejects / trials <= bound < package_rejects / trials
 
 
 def test_a_replaying_rule_asked_for_its_last_look_decides_as_look_by_look() -> None:
