@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +219,35 @@ def test_false_alarm_study_needs_results_and_enough_seeds(tmp_path, capsys):
         == 2
     )
     assert "has 1 seeds of every variant outside the baseline's; a reseeded check needs 3" in capsys.readouterr().err
+
+
+def sb3_results(root: Path) -> Path:
+    """A baseline folder that also holds three complete sb3-sac runs (Stable-Baselines3's, by their records)."""
+    make_baseline(root)
+    return make_results(root, (-150.0, -160.0, -170.0), variant="sb3-sac")
+
+
+# Runs `check --results` in a fresh interpreter, then prints which of the training side's libraries it imported.
+_CHECK_PROBE = """
+import sys
+from harness.cli import main
+code = main(["check", "--baseline", sys.argv[1], "--results", sys.argv[1], "--variants", "reference,sb3-sac"])
+print(f"exit={code} loaded={[m for m in ('torch', 'stable_baselines3') if m in sys.modules]}")
+"""
+
+
+def test_checking_sb3_sac_records_imports_neither_torch_nor_stable_baselines3(tmp_path):
+    # Judging records never asks whether their implementation could train here: that question imports SB3.
+    results = sb3_results(tmp_path / "results")
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHECK_PROBE, str(results)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert "check: PASS" in lines and lines[-1] == "exit=0 loaded=[]", proc.stdout + proc.stderr
+
+
+def test_sb3_sac_records_are_checked_without_stable_baselines3_installed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # `import stable_baselines3` now raises ImportError
+    results = sb3_results(tmp_path / "results")
+    code = main(["check", "--baseline", str(results), "--results", str(results), "--variants", "sb3-sac"])
+    assert code == 0 and "check: PASS" in capsys.readouterr().out

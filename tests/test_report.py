@@ -556,3 +556,27 @@ def test_aggregate_axis_label_clears_the_tick_labels(n_variants: int) -> None:
     tick_bottom = min(t.get_window_extent(renderer).y0 for ax in fig.axes for t in ax.get_xticklabels() if t.get_text())
     figures.plt.close(fig)
     assert label_top < tick_bottom
+
+
+# Builds the report in a fresh interpreter, then prints which of the training side's libraries it imported.
+_REPORT_PROBE = """
+import sys
+from harness.cli import main
+code = main(["report", sys.argv[1], "--out", sys.argv[2]])
+print(f"exit={code} loaded={[m for m in ('torch', 'stable_baselines3') if m in sys.modules]}")
+"""
+
+
+def test_report_of_sb3_sac_records_imports_neither_torch_nor_stable_baselines3(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    write_cell(results, "Pendulum-v1", "reference", FINALS[:3])
+    write_cell(results, "Pendulum-v1", "sb3-sac", FINALS[:3])
+    proc = subprocess.run(
+        [sys.executable, "-c", _REPORT_PROBE, str(results), str(tmp_path / "report")],
+        cwd=Path(report.__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "exit=0 loaded=[]", proc.stdout + proc.stderr
+    assert (tmp_path / "report" / "index.html").exists()

@@ -87,7 +87,11 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from ..judging import check
     from ..running.profiles import budget_for
 
-    overrides, variants = select_variants(args.variants, args.overrides, user_variants(args.variants_file))
+    # Runs already in --results are judged from their records: whether their implementation could train
+    # in this Python (sb3-sac without Stable-Baselines3) is no question to ask, and asking imports it.
+    overrides, variants = select_variants(
+        args.variants, args.overrides, user_variants(args.variants_file), to_train=args.results is None
+    )
     variant_names = list(variants)
     budget = budget_for("ci", CHECK_ENV, args.steps)
     baseline = Path(args.baseline)

@@ -137,20 +137,28 @@ def user_variants(path: str | None) -> dict[str, CatalogEntry]:
 
 
 def select_variants(
-    text: str, assignments: Sequence[str], user: dict[str, CatalogEntry] | None = None
+    text: str,
+    assignments: Sequence[str],
+    user: dict[str, CatalogEntry] | None = None,
+    *,
+    to_train: bool = True,
 ) -> tuple[dict, dict[str, CatalogEntry]]:
-    """`--variants` and `--set` resolved to catalog entries that can train here.
+    """`--variants` and `--set` resolved to catalog entries (that can train here, with `to_train`).
 
-    `all` means every distinct entry (`distinct_variants`: none whose arithmetic another computes) that
-    can run in this Python with these overrides; one that cannot (a peer library not installed, or a
-    spec it cannot realize) is left out with a note on stderr. Named explicitly, it is a usage error.
+    `all` means every distinct entry (`distinct_variants`: none whose arithmetic another computes). With
+    `to_train`, an entry that cannot run in this Python with these overrides (a peer library not
+    installed, or a spec it cannot realize) is left out of `all` with a note on stderr, and named
+    explicitly it is a usage error. Without it (a command that reads the variants' run records) nothing
+    asks the implementations: that would import a peer library and torch to judge files.
     """
-    from ..running.implementations import TRAINERS  # imports a peer library only for its entries
-
     catalog = {**CATALOG, **(user or {})}  # a --variants-file's entries join the catalog's names
     everything = text.strip() == "all"
     names = [*distinct_variants(), *(user or {})] if everything else split_names(text, list(catalog), "variant")
     overrides, variants = apply_overrides(assignments, {n: catalog[n] for n in names})
+    if not to_train:
+        return overrides, variants
+    from ..running.implementations import TRAINERS  # imports a peer library only for its entries
+
     for name, entry in list(variants.items()):
         trainer = TRAINERS[entry.implementation]
         missing = trainer.missing()

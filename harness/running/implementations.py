@@ -2,8 +2,9 @@
 
 "native" is the harness's own batched learner (`harness.running.train`); "sb3" is Stable-Baselines3's SAC
 (`harness.running.sb3_peer`), imported only when an sb3 run is asked for, so that the harness works without
-the optional `sb3` extra. Each trainer's code (and torch) is imported when it trains, so that choosing
-variants (`harness check --results` compares records only) imports no torch.
+the optional `sb3` extra. Each trainer's code (and torch) is imported when it trains; asking an sb3 entry
+whether it can train (`missing`, `problems`) imports Stable-Baselines3 and torch, so commands that only
+read run records (`harness check --results`, `report`) never ask.
 """
 
 from __future__ import annotations
