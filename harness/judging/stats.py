@@ -215,8 +215,9 @@ def task_columns(scores: np.ndarray) -> list[np.ndarray]:
 def interquartile_mean(scores: np.ndarray, axis: int | None = None) -> np.ndarray | float:
     """25% trimmed mean, computed exactly as `scipy.stats.trim_mean(scores, 0.25, axis)` (rliable's IQM).
 
-    The same partition-then-mean steps without scipy's per-call argument handling, which costs ~1 ms and
-    would dominate a 2,000-replication bootstrap. scores: any shape; axis=None pools every element.
+    The same partition-then-mean steps without scipy's per-call argument handling: a bootstrap calls this
+    once per replication, and on a few seeds that handling, not the arithmetic, would be most of the
+    work. scores: any shape; axis=None pools every element.
     """
     scores = np.asarray(scores, dtype=np.float64)
     if axis is None:
@@ -331,7 +332,8 @@ def pairwise_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
 
     scores_x: `(n_x,)` or `(n_x, 1)`; scores_y: `(n_y,)` or `(n_y, 1)`. This is the Mann-Whitney U of X
     divided by n_x * n_y, i.e. rliable's `metrics.probability_of_improvement` on one task (identical
-    samples give 0.5 both ways), without scipy's ~2 ms per call, which a bootstrap pays 2,000 times.
+    samples give 0.5 both ways), without scipy's per-call overhead, which a bootstrap would pay once per
+    replication for a comparison of a handful of runs.
     """
     x = np.asarray(scores_x, dtype=np.float64).ravel()[:, None]
     y = np.asarray(scores_y, dtype=np.float64).ravel()[None, :]
