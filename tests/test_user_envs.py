@@ -4,6 +4,9 @@ variants file, raw-return reports, normalization overrides, and refusals that ex
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -12,6 +15,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
+from harness.running import envs
 from harness.running.envs import EnvError, EnvRef, env_info
 from harness.running.train import identity
 
@@ -444,3 +448,38 @@ def test_bad_score_anchors_exit_2(tmp_path, capsys):
     assert "not among --envs" in _one_line_error(capsys)
     assert main([*base, "--target", "Pendulum-v1=-1207.555"]) == 2
     assert "equals the random return" in _one_line_error(capsys)
+
+
+# Builds HalfCheetah-v5 twice, one env and a vector env of two, in a fresh interpreter (so no earlier test
+# has shown the notice yet), then says whether MuJoCo's warnings go through the harness's handler.
+_HALFCHEETAH_PROBE = """
+import mujoco
+from harness.running import envs
+envs.EnvRef("HalfCheetah-v5").make().close()
+envs.make_vector_env("HalfCheetah-v5", 2).close()
+print(f"handler={mujoco.get_mju_user_warning() is envs._mujoco_warning}")
+"""
+
+
+def test_halfcheetah_deprecation_notice_is_shown_at_most_once(tmp_path):
+    pytest.importorskip("mujoco")
+    proc = subprocess.run(
+        [sys.executable, "-c", _HALFCHEETAH_PROBE],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "handler=True", proc.stdout + proc.stderr
+    # MuJoCo 3.x/4.x deprecate the `settotalmass` that Gymnasium's half_cheetah.xml sets; older ones do not.
+    assert proc.stderr.count("compiler attribute 'settotalmass' is deprecated") <= 1, proc.stderr
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()  # the default handler, which also logs there, is replaced
+
+
+def test_only_deprecation_notices_from_mujoco_are_shown_once(capsys):
+    for _ in range(2):
+        envs._mujoco_warning("test notice: attribute 'x' is deprecated")
+        envs._mujoco_warning("test: Nan, Inf or huge value in QACC")
+    err = capsys.readouterr().err
+    assert err.count("attribute 'x' is deprecated") == 1 and err.count("huge value in QACC") == 2

@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +96,46 @@ class EnvRef:
         return EnvSpec(id=self.label, entry_point=self.entry, max_episode_steps=DEFAULT_MAX_EPISODE_STEPS)
 
     def make(self) -> gym.Env:
-        return gym.make(self.gym_id(), **self.kwargs)
+        target = self.gym_id()
+        show_mujoco_notices_once(target)
+        return gym.make(target, **self.kwargs)
+
+
+# MuJoCo's model compiler reports a deprecated attribute of a model file through mju_warning, whose
+# default handler prints it to stderr (and appends it to MUJOCO_LOG.TXT in the working directory) on
+# every compile, i.e. for every env a run builds. Gymnasium's half_cheetah.xml sets `settotalmass`
+# (deprecated in MuJoCo 3.x), so a HalfCheetah grid's log got one copy per env built. The file is
+# Gymnasium's, so the cause cannot be fixed here; but the notice is not noise to drop either: when
+# MuJoCo removes the attribute, the cheetah's mass, hence its dynamics, changes. So each deprecation
+# notice is shown once per process, and every other MuJoCo warning (a simulation going unstable among
+# them) each time, as before.
+_DEPRECATION = "is deprecated"
+_notices_shown: set[str] = set()
+
+
+def _mujoco_warning(message: str) -> None:
+    if _DEPRECATION in message:
+        if message in _notices_shown:
+            return
+        _notices_shown.add(message)
+        message += " (sacbench shows this notice once per process)"
+    print(f"MuJoCo WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def show_mujoco_notices_once(target: str | EnvSpec) -> None:
+    """Before building `target` (what `gym.make` takes): where it is a Gymnasium MuJoCo env, or MuJoCo is
+    already loaded, make `_mujoco_warning` MuJoCo's warning handler, unless someone else has set one.
+    Other envs do not import mujoco for it (that takes most of a second)."""
+    spec = target if isinstance(target, EnvSpec) else gym.registry.get(target)
+    entry = getattr(spec, "entry_point", None)
+    if "mujoco" not in sys.modules and not (isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")):
+        return
+    try:
+        import mujoco
+    except ImportError:  # gym.make will say so
+        return
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
 
 
 def registered_ref(entry: object, kwargs: object = None) -> EnvRef | None:
@@ -204,8 +244,10 @@ def make_vector_env(env: EnvRef | str, num_envs: int, guarded: bool = False) -> 
     """A synchronous gymnasium vector env that autoresets in the same step (used for evaluation);
     with `guarded`, each env is `Guarded` (see `eval_errors`)."""
     ref = as_ref(env)
+    target = ref.gym_id()
+    show_mujoco_notices_once(target)
     return gym.make_vec(
-        ref.gym_id(),
+        target,
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
