@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -205,16 +206,55 @@ def test_a_single_failure_or_failures_that_differ_are_left_to_the_rule():
     assert looks.recurring_failure(runs(["E (at step 5)", ""]), ENV, "v", "reference", 2) is None
 
 
-def test_looks_json_is_read_back_exactly_infinite_intervals_included(tmp_path):
-    decision = sequential.Decision("v", sequential.OPEN, 0.1, -np.inf, np.inf, 1, 1)
-    rule = sequential.Look(1, "reference", DESIGN, {"v": decision}, {"critical": [np.inf]})
-    state = looks.Looks(
-        looks.design_record(DESIGN, "reference", [ENV], ["reference", "v"]),
-        (looks.LookRecord(1, {ENV: {"reference": 2, "v": 2}}, {ENV: {"final_return": rule}}, {}),),
+def unbounded_looks() -> looks.Looks:
+    """One look whose decisions and rule state hold every non-finite float; one variant is named "inf"."""
+    decisions = {
+        "v": sequential.Decision("v", sequential.OPEN, 0.1, -np.inf, np.inf, 1, 1),
+        "inf": sequential.Decision("inf", sequential.OPEN, math.nan, -math.inf, math.inf, 0, 1),
+    }
+    rule = sequential.Look(1, "reference", DESIGN, decisions, {"critical": [np.inf, 2.5], "correlation": [[math.nan]]})
+    return looks.Looks(
+        looks.design_record(DESIGN, "reference", [ENV], ["reference", "v", "inf"]),
+        (looks.LookRecord(1, {ENV: {"reference": 2, "v": 2, "inf": 2}}, {ENV: {"final_return": rule}}, {}),),
     )
+
+
+def refuse_constant(token: str):
+    raise AssertionError(f"looks.json holds the non-standard JSON token {token}")
+
+
+def test_looks_json_is_standard_json_read_back_exactly_infinite_intervals_included(tmp_path):
+    state = unbounded_looks()
     looks.write_looks(tmp_path, state)
+    text = (tmp_path / "looks.json").read_text()
+    raw = json.loads(text, parse_constant=refuse_constant)  # no bare Infinity, -Infinity or NaN
+    decision = raw["looks"][0]["judged"][ENV]["final_return"]["decisions"]["v"]
+    assert (decision["low"], decision["high"]) == ("-inf", "inf")
     assert looks.read_looks(tmp_path) == state
-    assert json.loads((tmp_path / "looks.json").read_text())["design"]["variants"] == ["v"]
+    assert raw["design"]["variants"] == ["v", "inf"]  # a name is never read as a number
+
+
+def test_looks_json_with_bare_infinity_from_an_earlier_version_still_reads(tmp_path):
+    state = unbounded_looks()
+    # What earlier versions wrote: the rule's dicts as they are, non-finite floats as Python's json tokens.
+    data = {
+        "design": state.design,
+        "looks": [
+            {
+                "look": 1,
+                "seeds": state.looks[0].seeds,
+                "judged": {ENV: {"final_return": state.looks[0].judged[ENV]["final_return"].to_dict()}},
+                "failures": {},
+            }
+        ],
+        "end": None,
+    }
+    (tmp_path / "looks.json").write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    assert "Infinity" in (tmp_path / "looks.json").read_text()
+    read = looks.read_looks(tmp_path).looks[0].judged[ENV]["final_return"]
+    expected = state.looks[0].judged[ENV]["final_return"]
+    assert read.decisions["v"] == expected.decisions["v"] and read.state["critical"] == expected.state["critical"]
+    assert math.isnan(read.decisions["inf"].difference) and math.isnan(read.state["correlation"][0][0])
 
 
 def test_the_report_shows_each_comparison_and_when_it_was_decided(tmp_path, monkeypatch):

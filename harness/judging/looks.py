@@ -14,10 +14,15 @@ comparison was decided when ("worse, decided at look 1, 2 seeds"; "open at the m
      "end": null | "decided" | "maximum"}
 
 Every look's entry holds the whole picture (earlier decisions carried on), so the last entry says where
-each comparison stands. A variant whose every run of a look failed with the same error at the same step
-(an exception that recurs, as critic-first's in-place error at its first update) is closed as worse on
-that basis, outside the rule and its error budget: a software failure, not noise. Scores are the
-report's (`stats.scored_runs`: failed and diverged runs scored too), normalized when the design has an
+each comparison stands. The file is standard JSON: a non-finite number (an interval end the rule left
+infinite, a difference of no seeds) is the string "inf", "-inf" or "nan" in the fields that can hold one
+(a decision's difference, low and high, and the rule's state, which holds numbers only); files written
+with bare `Infinity` / `NaN` tokens by earlier versions are still read.
+
+A variant whose every run of a look failed with the same error at the same step (an exception that
+recurs, as critic-first's in-place error at its first update) is closed as worse on that basis, outside
+the rule and its error budget: a software failure, not noise. Scores are the report's
+(`stats.scored_runs`: failed and diverged runs scored too), normalized when the design has an
 equivalence margin. The rule judges one env at a time; over several envs its alpha is split evenly among
 them (`env_design`), so the family-wise error per metric over every env, look and comparison stays at most
 the design's alpha.
@@ -134,11 +139,56 @@ def looks_path(results: Path) -> Path:
     return Path(results) / LOOKS_FILE
 
 
+# Standard JSON has no token for a non-finite number (Python's `Infinity` / `NaN` are rejected by other
+# languages' parsers), so those are written as strings. A finite float is written as its repr and an
+# infinity or NaN as its name, so a resumed grid reads the rule's state back exactly.
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_DECISION_FLOATS = ("difference", "low", "high")
+
+
+def _finite_json(value: object) -> object:
+    """`value` (a JSON-able tree) with every non-finite float as the string "inf", "-inf" or "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def _numbers_json(value: object) -> object:
+    """The inverse of `_finite_json` on a tree of numbers: "inf", "-inf" and "nan" back to floats. Applied
+    only where a string can stand for nothing else (a variant may be named "inf")."""
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    if isinstance(value, Mapping):
+        return {k: _numbers_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers_json(v) for v in value]
+    return value
+
+
+def _rule_json(rule: sequential.Look) -> dict:
+    data = rule.to_dict()
+    decisions = {v: d | {k: _finite_json(d[k]) for k in _DECISION_FLOATS} for v, d in data["decisions"].items()}
+    return data | {"decisions": decisions, "state": _finite_json(data["state"])}
+
+
+def _rule_from_json(data: Mapping) -> sequential.Look:
+    decisions = {
+        v: dict(d) | {k: _numbers_json(d[k]) for k in _DECISION_FLOATS if k in d} for v, d in data["decisions"].items()
+    }
+    return sequential.Look.from_dict(
+        dict(data) | {"decisions": decisions, "state": _numbers_json(data.get("state", {}))}
+    )
+
+
 def _look_json(look: LookRecord) -> dict:
     return {
         "look": look.look,
         "seeds": look.seeds,
-        "judged": {env: {m: rule.to_dict() for m, rule in by.items()} for env, by in look.judged.items()},
+        "judged": {env: {m: _rule_json(rule) for m, rule in by.items()} for env, by in look.judged.items()},
         "failures": {env: {v: asdict(c) for v, c in by.items()} for env, by in look.failures.items()},
     }
 
@@ -147,17 +197,18 @@ def _look_from_json(data: Mapping) -> LookRecord:
     return LookRecord(
         int(data["look"]),
         {str(e): {str(v): int(n) for v, n in by.items()} for e, by in data["seeds"].items()},
-        {e: {m: sequential.Look.from_dict(r) for m, r in by.items()} for e, by in data["judged"].items()},
+        {e: {m: _rule_from_json(r) for m, r in by.items()} for e, by in data["judged"].items()},
         {e: {v: FailureClosure(**c) for v, c in by.items()} for e, by in data["failures"].items()},
     )
 
 
 def write_looks(results: Path, state: Looks) -> None:
-    """Write `state` to `<results>/looks.json` atomically (the old file or the new one, never half).
-    An interval end the rule left infinite (a comparison with too few seeds) is written `Infinity`."""
+    """Write `state` to `<results>/looks.json` atomically (the old file or the new one, never half), as
+    standard JSON: a non-finite number is written "inf", "-inf" or "nan" (module doc)."""
     data = {"design": state.design, "looks": [_look_json(look) for look in state.looks], "end": state.end}
-    # Infinity and NaN as Python's json writes them: the rule's state read back bit for bit on a resume.
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=True)
+    # allow_nan=False: a non-finite number outside the fields that encode one is a bug to hear of, not
+    # a token to slip into the file.
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
     records.atomic_write_text(looks_path(results), text + "\n")
 
 
