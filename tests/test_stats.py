@@ -304,6 +304,8 @@ def test_three_paired_runs_get_the_hand_computed_t_interval(tmp_path: Path) -> N
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((100 - half, 100 + half), rel=1e-6)
     assert row["verdict"] == stats.BETTER
     assert np.isnan(row["margin"])  # no equivalence margin in return units
+    # The difference seen (100) at the spread seen (sd 10): 2 pairs detect 115.5 with 80% power, 3 pairs 32.6.
+    assert row["seeds_for_difference"] == 3
 
 
 def test_pairing_table_gives_scipy_paired_and_welch_half_widths(tmp_path: Path) -> None:

@@ -459,6 +459,7 @@ VERDICT_COLUMNS = (
     "p_adjusted",
     "mdd",
     "seeds_for_target",
+    "seeds_for_difference",
     "paired",
     "n_pairs",
     "n_runs",
@@ -571,7 +572,9 @@ def verdict_table(
     Columns: `VERDICT_COLUMNS` (n_pairs: the seeds compared pairwise, 0 when unpaired; negligible: the
     interval lies inside the margin, so a better/worse there is real but too small to matter). mdd: the
     difference detected with 80% power at the family's level; seeds_for_target: the seeds that would
-    detect `target` at that level. poi: P(a variant run beats a reference run) with its bootstrap
+    detect `target` at that level; seeds_for_difference: those that would detect the difference seen
+    (its absolute value) at that level, at the spread seen: where more seeds could decide it (NaN past
+    1,000 seeds, or with no difference). poi: P(a variant run beats a reference run) with its bootstrap
     interval (rliable), an effect size beside the verdict (NaN with `effect_sizes=False`, which skips
     the bootstraps and the seeds search: the verdicts do not use them). method: how the family is held.
     scores: the runs' `seed_scores` (computed here when None: a report passes the one it computed).
@@ -605,7 +608,17 @@ def verdict_table(
         for r in cells
     ]
     frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
-    floats = ["difference", "ci_low", "ci_high", "p_value", "p_adjusted", "mdd", "seeds_for_target", "poi"]
+    floats = [
+        "difference",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_adjusted",
+        "mdd",
+        "seeds_for_target",
+        "seeds_for_difference",
+        "poi",
+    ]
     types = {c: "float64" for c in [*floats, "poi_ci_low", "poi_ci_high", "margin"]}
     return frame.astype({**types, "n_runs": "int64", "n_reference_runs": "int64"})
 
@@ -737,9 +750,12 @@ def _verdict_row(
     """One row of `VERDICT_COLUMNS` from a cell and its decision (None: not a member of the family)."""
     test, poi = cell.get("test"), cell.get("poi")
     # An 'all' row over one env holds that env's Test object, and so reads that env's decision.
-    seeds = None
-    if decision is not None and effect_sizes and cell["units"] == "normalized":
-        seeds = inference.seeds_needed(test, target, level)
+    seeds = seen = None
+    if decision is not None and effect_sizes:
+        if cell["units"] == "normalized":
+            seeds = inference.seeds_needed(test, target, level)
+        if test.difference != 0 and math.isfinite(test.difference):
+            seen = inference.seeds_needed(test, abs(test.difference), level)
     return {
         "env": cell["env"],
         "variant": cell["variant"],
@@ -754,6 +770,7 @@ def _verdict_row(
         "p_adjusted": decision.p_adjusted if decision else math.nan,
         "mdd": decision.mdd if decision else math.nan,
         "seeds_for_target": math.nan if seeds is None else seeds,
+        "seeds_for_difference": math.nan if seen is None else seen,
         "paired": bool(test.paired) if test else False,
         "n_pairs": test.n_x if test is not None and test.paired else 0,
         "n_runs": cell["n_runs"],
