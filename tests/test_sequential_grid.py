@@ -434,6 +434,16 @@ def test_a_dry_run_prints_the_next_looks_runs_and_writes_nothing(tmp_path, capsy
     assert not (tmp_path / "g/looks.json").exists() and not (tmp_path / "g/runs").exists()
 
 
+def test_a_grid_that_asks_for_a_rule_measured_above_its_level_is_told_so(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main([*until_decided_args(tmp_path / "g"), "--rule", "adastop", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the adastop rule's family-wise error measured 6.6-8.6% (not 5%)" in err
+    assert main([*until_decided_args(tmp_path / "g"), "--dry-run"]) == 0
+    assert "warning" not in capsys.readouterr().err  # the paired rule holds its level: nothing to say
+
+
 def test_status_names_an_unreadable_looks_json_and_still_lists_the_runs(tmp_path, monkeypatch, capsys):
     from harness.cli import main
 

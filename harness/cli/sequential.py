@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Sequence
 
 from .. import records
@@ -20,7 +21,7 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Train and judge the grid of `args` look by look (docs/protocol.md, Sequential grids); 0, or 1
     with --strict when a run failed or diverged."""
     from .. import sequential_grid
-    from ..judging import looks
+    from ..judging import looks, sequential
     from ..judging.stats import REFERENCE_NAME
     from ..running import grid, launch
 
@@ -34,6 +35,9 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
         )
     try:
         design = sequential_grid.design_from(args.rule, args.look_every, args.max_seeds)
+        caution = sequential.LEVEL_CAUTIONS.get(design.rule)
+        if caution:
+            print(f"warning: {caution}", file=sys.stderr)
         request, (targets, randoms) = grid_request(args, argv)
         cuda = request.device == "cuda"
         request = dataclasses.replace(request, members=args.members or (design.look_every if cuda else 1))
