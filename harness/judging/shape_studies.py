@@ -296,16 +296,23 @@ def replay(
     return ReplayRow(campaign, metric, design_name(design), decided, verdicts, spent, fixed)
 
 
+def _seed_aligned(scores: Mapping[str, Mapping[int, float]]) -> tuple[list[str], list[int], np.ndarray]:
+    """A campaign's variants (the reference's rows aside), the seeds every variant has, and the scores on
+    them `(1 + len(variants), len(seeds))`, row 0 the reference, seeds aligned by column."""
+    variants = [v for v in scores if v != "reference"]
+    seeds = sorted(set.intersection(*(set(scores[v]) for v in scores)))
+    matrix = np.array([[scores[v][s] for s in seeds] for v in ["reference", *variants]])
+    return variants, seeds, matrix
+
+
 def replay_crude(
     scores: Mapping[str, Mapping[int, float]], campaign: str, metric: str, looks: Sequence[int]
 ) -> ReplayRow:
     """A campaign through the crude rule (`crude_calls`) at `looks`, on the seeds every variant has."""
-    variants = [v for v in scores if v != "reference"]
-    seeds = sorted(set.intersection(*(set(scores[v]) for v in scores)))
+    variants, seeds, matrix = _seed_aligned(scores)
     if len(seeds) < max(looks):
         raise StudyError(f"{campaign} has {len(seeds)} seeds every variant ran; the crude looks need {max(looks)}")
-    matrix = np.array([[scores[v][s] for s in seeds[: max(looks)]] for v in ["reference", *variants]])
-    calls = crude_calls(matrix, looks)
+    calls = crude_calls(matrix[:, : max(looks)], looks)
     verdicts = {v: f"{c} at {n} seeds" for v, (c, n) in zip(variants, calls)}
     decided = sum(c != sequential.OPEN for c, _ in calls)
     spent = sum(n for _, n in calls)
@@ -316,9 +323,7 @@ def replay_crude(
 
 def replay_fixed(scores: Mapping[str, Mapping[int, float]], campaign: str, metric: str, method: str) -> ReplayRow:
     """The fixed rule on all of a campaign's seeds (the report's verdicts on this one environment)."""
-    variants = [v for v in scores if v != "reference"]
-    seeds = sorted(set.intersection(*(set(scores[v]) for v in scores)))
-    matrix = np.array([[scores[v][s] for s in seeds] for v in ["reference", *variants]])
+    variants, seeds, matrix = _seed_aligned(scores)
     calls = fixed_calls(matrix, method)
     verdicts = {v: f"{c} ({len(seeds)} seeds)" for v, c in zip(variants, calls)}
     decided = sum(c in (inference.BETTER, inference.WORSE, inference.EQUIVALENT) for c in calls)

@@ -100,6 +100,12 @@ def _variants(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["variant"]))
 
 
+def _cell(rows: pd.DataFrame, study: str, env: str, variant: str) -> pd.Series | None:
+    """The row of one (study, env, variant) among one metric's `rows`, None where it was not run."""
+    match = rows[(rows["study"] == study) & (rows["env"] == env) & (rows["variant"] == variant)]
+    return None if match.empty else match.iloc[0]
+
+
 def matrix_markdown(frame: pd.DataFrame, metric: str) -> list[str]:
     """A Markdown table for `metric`: a row per variant, a column per study, each cell `cell_text`
     ('-' where the study did not run the variant)."""
@@ -112,8 +118,8 @@ def matrix_markdown(frame: pd.DataFrame, metric: str) -> list[str]:
     for variant in _variants(frame):
         cells = []
         for study, env in studies:
-            match = rows[(rows["study"] == study) & (rows["env"] == env) & (rows["variant"] == variant)]
-            cells.append(cell_text(match.iloc[0]) if not match.empty else "-")
+            row = _cell(rows, study, env, variant)
+            cells.append(cell_text(row) if row is not None else "-")
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return lines
 
@@ -131,12 +137,11 @@ def matrix_png(frame: pd.DataFrame, metrics: Sequence[str] = stats.RETURN_METRIC
         rows = frame[frame["metric"] == metric]
         for j, (study, env) in enumerate(studies):
             for i, variant in enumerate(variants):
-                match = rows[(rows["study"] == study) & (rows["env"] == env) & (rows["variant"] == variant)]
-                if match.empty:
+                row = _cell(rows, study, env, variant)
+                if row is None:
                     ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor="white", edgecolor="#bbbbbb", lw=0.5))
                     ax.text(j + 0.5, i + 0.5, "not run", ha="center", va="center", fontsize=7, color="#888888")
                     continue
-                row = match.iloc[0]
                 verdict = short_verdict(row["verdict"])
                 ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=COLORS[verdict], edgecolor="white", lw=1.5))
                 figure = f"MDD {row['mdd']:.2f}" if verdict == OPEN else _signed(row["difference"])
