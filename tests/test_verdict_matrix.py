@@ -102,3 +102,17 @@ def test_a_folder_that_is_not_a_report_is_named(
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
     assert not (tmp_path / "m.png").exists()
+
+
+def test_a_narrow_interval_keeps_the_digits_that_say_its_side_of_zero(tmp_path: Path) -> None:
+    # half-width 0.0025: three decimals, as the report's tables write it; with two, both bounds read 0.00
+    study = _report(
+        tmp_path / "pendulum", [_row("Pendulum", "same", "final_return", "equivalent", 0.0004, -0.0021, 0.0029)]
+    )
+    frame = verdict_matrix.verdict_frame([study])
+    assert verdict_matrix.matrix_markdown(frame, "final_return")[2] == (
+        "| same | equivalent +0.000 [-0.002, +0.003], 10 seeds |"
+    )
+    # a bound that would round to zero at its width's decimals gets one more: -0.004 stays below zero
+    close = pd.Series(_row("Pendulum", "same", "final_return", "worse", -0.03, -0.0562, -0.0041) | ROW)
+    assert verdict_matrix.cell_text(close) == "worse -0.030 [-0.056, -0.004], 10 seeds"

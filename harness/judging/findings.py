@@ -78,13 +78,26 @@ def verdict_cell(row: pd.Series | None) -> str:
     if np.isnan(row["difference"]):
         return str(row["verdict"])
     units = "" if row["units"] == "normalized" else " return"
-    d = decimals((row["ci_high"] - row["ci_low"]) / 2)
-    while d < 4 and any(bound != 0 and round(bound, d) == 0 for bound in (row["ci_low"], row["ci_high"])):
-        d += 1  # a bound that rounds to zero would hide which side of zero the interval ends on
+    d = interval_decimals(row["ci_low"], row["ci_high"])
     text = f"{row['verdict']}: {row['difference']:+.{d}f}{units} [{row['ci_low']:+.{d}f}, {row['ci_high']:+.{d}f}]"
     if row["verdict"] == stats.NO_DIFFERENCE and not np.isnan(row["mdd"]):
         text += f"; MDD {row['mdd']:.{d}f}"
     return text
+
+
+def interval_decimals(low: float, high: float) -> int:
+    """`decimals` of the interval [low, high], raised (to at most 4) until neither bound that is not zero
+    rounds to zero: such a bound would hide which side of zero the interval ends on."""
+    d = decimals((high - low) / 2)
+    while d < 4 and any(bound != 0 and round(bound, d) == 0 for bound in (low, high)):
+        d += 1
+    return d
+
+
+def interval_text(difference: float, low: float, high: float) -> str:
+    """'+0.44 [+0.08, +0.80]', or '+0.0004 [-0.0010, +0.0018]': decimals from `interval_decimals`."""
+    d = interval_decimals(low, high)
+    return f"{difference:+.{d}f} [{low:+.{d}f}, {high:+.{d}f}]"
 
 
 def findings_markdown(

@@ -474,10 +474,12 @@ def _judge_pair(
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     half = critical * sd / math.sqrt(d.size) if sd > 0 else 0.0
     low, high = mean - half, mean + half
-    return Decision(variant, _verdict(low, high, design.margin), mean, low, high, int(d.size), look_index)
+    return Decision(variant, interval_verdict(low, high, design.margin), mean, low, high, int(d.size), look_index)
 
 
-def _verdict(low: float, high: float, margin: float | None) -> str:
+def interval_verdict(low: float, high: float, margin: float | None) -> str:
+    """The verdict an interval [low, high] of (variant - reference) reads: better above zero, worse below,
+    equivalent inside [-margin, margin] (never where margin is None), open otherwise."""
     if low > 0:
         return BETTER
     if high < 0:

@@ -124,7 +124,7 @@ def crude_calls(scores: np.ndarray, looks: Sequence[int], alpha: float = inferen
             if out[k] is not None:
                 continue
             low, high = inference.paired_test(scores[k + 1, :n], scores[0, :n]).interval(level)
-            verdict = sequential._verdict(low, high, inference.EQUIVALENCE_MARGIN)
+            verdict = sequential.interval_verdict(low, high, inference.EQUIVALENCE_MARGIN)
             if verdict != sequential.OPEN:
                 out[k] = (verdict, n)
     return [c if c is not None else (sequential.OPEN, looks[-1]) for c in out]

@@ -474,6 +474,13 @@ VERDICT_COLUMNS = (
     "envs_compared",
     "method",
 )
+# The dtypes of a verdict table's numeric columns, whatever its rows hold: a column with no value (every
+# row None) or of whole numbers would otherwise be object or int.
+_FLOAT_COLUMNS = (
+    "difference", "ci_low", "ci_high", "p_value", "p_adjusted", "mdd", "seeds_for_target", "seeds_for_difference",
+    "margin", "poi", "poi_ci_low", "poi_ci_high",
+)  # fmt: skip
+VERDICT_DTYPES = {**{c: "float64" for c in _FLOAT_COLUMNS}, "n_runs": "int64", "n_reference_runs": "int64"}
 
 
 SEED_SCORE_COLUMNS = ("env", "variant", "seed", "metric", "raw", "normalized", "score", "state")
@@ -608,19 +615,7 @@ def verdict_table(
         for r in cells
     ]
     frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
-    floats = [
-        "difference",
-        "ci_low",
-        "ci_high",
-        "p_value",
-        "p_adjusted",
-        "mdd",
-        "seeds_for_target",
-        "seeds_for_difference",
-        "poi",
-    ]
-    types = {c: "float64" for c in [*floats, "poi_ci_low", "poi_ci_high", "margin"]}
-    return frame.astype({**types, "n_runs": "int64", "n_reference_runs": "int64"})
+    return frame.astype(VERDICT_DTYPES)
 
 
 def _env_cell(

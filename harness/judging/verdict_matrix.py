@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from .. import records  # noqa: E402
-from . import inference, stats  # noqa: E402
+from . import findings, inference, stats  # noqa: E402
 
 COLUMNS = ("env", "variant", "reference", "metric", "verdict", "difference", "ci_low", "ci_high", "mdd", "n_pairs")
 # The matrix's four answers; "open" is the report's "no detectable difference" (and its "too few runs").
@@ -78,8 +78,9 @@ def short_verdict(verdict: str) -> str:
     return SHORT.get(verdict, OPEN)
 
 
-def _signed(x: float, places: int = 2) -> str:
-    return f"{x:+.{places}f}"
+def _difference_text(row: pd.Series) -> str:
+    """The difference alone, with the decimals its interval is written with in `cell_text`."""
+    return f"{row['difference']:+.{findings.interval_decimals(row['ci_low'], row['ci_high'])}f}"
 
 
 def cell_text(row: pd.Series) -> str:
@@ -89,7 +90,7 @@ def cell_text(row: pd.Series) -> str:
     if verdict == OPEN:
         mdd = row["mdd"]
         return f"open (MDD {mdd:.2f}), {seeds}" if np.isfinite(mdd) else f"open, {seeds}"
-    return f"{verdict} {_signed(row['difference'])} [{_signed(row['ci_low'])}, {_signed(row['ci_high'])}], {seeds}"
+    return f"{verdict} {findings.interval_text(row['difference'], row['ci_low'], row['ci_high'])}, {seeds}"
 
 
 def _studies(frame: pd.DataFrame) -> list[tuple[str, str]]:
@@ -144,7 +145,7 @@ def matrix_png(frame: pd.DataFrame, metrics: Sequence[str] = stats.RETURN_METRIC
                     continue
                 verdict = short_verdict(row["verdict"])
                 ax.add_patch(plt.Rectangle((j, i), 1, 1, facecolor=COLORS[verdict], edgecolor="white", lw=1.5))
-                figure = f"MDD {row['mdd']:.2f}" if verdict == OPEN else _signed(row["difference"])
+                figure = f"MDD {row['mdd']:.2f}" if verdict == OPEN else _difference_text(row)
                 ax.text(
                     j + 0.5, i + 0.5, f"{figure}\n{int(row['n_pairs'])} seeds", ha="center", va="center", fontsize=7
                 )
