@@ -239,6 +239,28 @@ def set_aside(out: Path, env_id: str, variant: str, seed: int) -> Path:
     return target
 
 
+def copy_run(source: Path, out: Path, env_id: str, variant: str, seed: int) -> bool:
+    """Copy one finished run whose records agree (`run_state`) from the results folder `source` into
+    `out`, where that run has no folder yet; True when copied. The copy lands whole or not at all (a
+    scratch folder beside it, then one rename), and `source` is only read."""
+    src, dst = run_dir(source, env_id, variant, seed), run_dir(out, env_id, variant, seed)
+    if run_state(src) is None or dst.exists():
+        return False
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    scratch = dst.parent / f".{dst.name}.copy-{os.getpid()}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(src, scratch)
+    try:
+        scratch.rename(dst)
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not dst.exists():
+            raise
+        return False  # another process put the run there first: its folder stands
+    return True
+
+
 # --- claiming a run: two grids on one results folder never train the same run -----------------------
 
 

@@ -17,7 +17,7 @@ judging never import each other); the command line only hands over to it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from . import records
@@ -182,14 +182,24 @@ def check_request(request: grid.GridRequest, design: sequential.SequentialDesign
         )
 
 
-def dry_run_text(request: grid.GridRequest, design: sequential.SequentialDesign, reference: str) -> str:
-    """What the next look would train, without training or writing anything."""
+def dry_run_text(
+    request: grid.GridRequest,
+    design: sequential.SequentialDesign,
+    reference: str,
+    copied: Collection[tuple[str, str, int]] = (),
+) -> str:
+    """What the next look would train, without training or writing anything. `copied`: (env, variant,
+    seed) of runs that would be copied into the folder before the look rather than trained."""
     state = start_or_resume(
         Path(request.out), looks.design_record(design, reference, request.envs, list(request.variants))
     )
     if state.end is not None:
         return "\n".join(["nothing to train: the sequential grid has ended", *looks.summary_lines(state)])
     look = len(state.looks) + 1
-    jobs = plan_look(request, looks.open_variants(state), design.seeds_at(look))
+    jobs = []
+    for job in plan_look(request, looks.open_variants(state), design.seeds_at(look)):
+        seeds = tuple(seed for seed in job.seeds if (job.env_id, job.variant, seed) not in copied)
+        if seeds:
+            jobs.append(dataclasses.replace(job, seeds=seeds))
     head = f"look {look} of at most {design.looks}"
     return f"{head}: " + (grid.plan_text(jobs) if jobs else "every run is finished; the look is judged next")

@@ -165,6 +165,7 @@ def test_the_report_of_an_ablation_grid_attributes_the_gain(tmp_path: Path):
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "blog_sac2_ablation.toml"
 COMMITTED = Path(__file__).parents[1] / "results" / "lunarlander-100k-ablation"
+CAMPAIGN = Path(__file__).parents[1] / "results" / "lunarlander-100k"
 
 
 def test_the_blog_sac2_example_is_what_ablate_writes_for_the_committed_study(tmp_path: Path):
@@ -275,11 +276,15 @@ def test_ablate_trains_a_users_variants_ablation_and_reports_the_attribution(tmp
         (
             [
                 "blog-sac2",
+                "--envs",
+                "LunarLanderContinuous-v3",
                 "--ends-from",
-                str(Path(__file__).parents[1] / "results/lunarlander-100k"),
+                str(CAMPAIGN),
                 "--until-decided",
+                "--steps",
+                "5000",
             ],
-            "--ends-from with --until-decided",
+            "holds runs of a different configuration (budget",
         ),
     ],
 )
@@ -300,3 +305,58 @@ def test_ablate_passes_runs_sequential_options_through(tmp_path: Path):
         "look 1 of at most 2" in done.stdout and "blog-sac2-no-initial_alpha-initial_log_alpha  seed 1" in done.stdout
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sequential_ablation_copies_the_ends_from_the_campaign_rather_than_training_them(tmp_path: Path):
+    # The committed LunarLander campaign holds 10 finished seeds of both ends: look 1 (5 seeds) trains
+    # only the ablated variants, and a dry run neither copies nor writes.
+    out = tmp_path / "out"
+    done = run_cli(
+        "ablate", "blog-sac2", "--envs", "LunarLanderContinuous-v3", "--ends-from", str(CAMPAIGN),
+        "--until-decided", "--max-seeds", "15", "--members", "4", "--dry-run", "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.splitlines()
+    assert said[0] == (
+        "would copy 20 finished runs (LunarLanderContinuous-v3: reference seeds 0-9, blog-sac2 seeds 0-9) "
+        f"from {CAMPAIGN}, not train them"
+    )
+    planned = [line.split() for line in said[2:]]
+    names = {row[1] for row in planned}
+    assert len(names) == 14 and not names & {"reference", "blog-sac2"}
+    assert len(planned) == 14 * 2  # each ablated variant's seeds 0-3 as one job of 4 members, then seed 4
+    assert not out.exists()
+
+
+def test_a_sequential_ablation_judges_copied_ends_and_trains_only_the_ablated(tmp_path: Path):
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        '[[variant]]\nname = "two"\ndescription = "xavier, alpha loss"\ninit = "xavier"\nalpha_loss = "alpha"\n'
+    )
+    tiny = ["--envs", "Pendulum-v1", "--steps", "200", "--profile", "smoke", "--eval-episodes", "1", "--workers", "2"]
+    tiny += ["--set", "learning_starts=50", "--set", "batch_size=32", "--set", "hidden_sizes=16,16", "--no-report"]
+    campaign, out = tmp_path / "campaign", tmp_path / "study"
+    trained = run_cli("run", "--variants", "reference,two", "--variants-file", str(mine), "--seeds", "3", *tiny,
+                      "--out", str(campaign), cwd=tmp_path)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    done = run_cli("ablate", "two", "--variants-file", str(mine), "--ends-from", str(campaign), "--until-decided",
+                   "--look-every", "3", "--max-seeds", "3", *tiny, "--out", str(out), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"copied 6 finished runs (Pendulum-v1: reference seeds 0-2, two seeds 0-2) from {campaign}" in (done.stdout)
+    assert "(6 runs to train)" in done.stdout  # the two ablated variants' seeds 0-2, not the ends'
+    for name in ("reference", "two"):
+        for seed in (0, 1, 2):
+            for record in ("config.json", "eval.csv", "status.json"):
+                copied = out / "runs" / "Pendulum-v1" / name / f"seed_{seed}" / record
+                assert (
+                    copied.read_bytes()
+                    == (campaign / "runs" / "Pendulum-v1" / name / f"seed_{seed}" / record).read_bytes()
+                )
+    state = json.loads((out / "looks.json").read_text())
+    assert len(state["looks"]) == 1
+    assert sorted(path.parent.name for path in out.glob("runs/Pendulum-v1/*/seed_2")) == [
+        "ref-alpha_loss-alpha", "ref-init-xavier", "reference", "two",
+    ]  # fmt: skip
+    report.build_report(out, tmp_path / "report")
+    rows = read_rows(tmp_path / "report" / "attribution.csv")
+    assert {r["n_pairs"] for r in rows} == {"3"} and len(rows) == 4

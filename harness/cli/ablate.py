@@ -42,7 +42,8 @@ def add_ablate(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="RESULTS",
         help="a results folder holding VARIANT's and the reference's runs of the same specs (a campaign): "
-        "they are not trained again, and the report reads that folder with --out",
+        "they are not trained again, and the report reads that folder with --out (with --until-decided "
+        "they are copied into --out, which each look judges; seeds RESULTS lacks are trained there)",
     )
     add_run_options(ablate)
     ablate.set_defaults(handle=cmd_ablate)
@@ -88,12 +89,9 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         _check_ends_from(ends_from, ends)
         if ends_from.resolve() == out.resolve():
             raise UsageError("ablate --ends-from: give a folder other than --out")
-        if getattr(args, "until_decided", False):
-            raise UsageError(
-                "ablate --ends-from with --until-decided: each look judges against the reference, whose runs "
-                "it trains in --out; drop --ends-from"
-            )
     command = shlex.join(["python", "-m", "harness", *argv])
+    if ends_from is not None and args.until_decided:
+        return _ablate_until_decided(args, argv, ends, out, ends_from, command)
     with tempfile.TemporaryDirectory() as scratch:
         names, path = _prepare(out, ends, command, Path(scratch))
         ablated = names[2:]
@@ -109,6 +107,23 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         targets, randoms = score_anchors(args)
         cmd_report(out, None, targets, randoms, more_results=[ends_from], variants=[args.variant, *ablated])
     return code
+
+
+def _ablate_until_decided(
+    args: argparse.Namespace, argv: Sequence[str], ends: dict, out: Path, ends_from: Path, command: str
+) -> int:
+    """--ends-from with --until-decided: every look judges the ablated variants against the reference
+    from --out's records, so the ends' finished runs in --ends-from are copied into --out (never
+    trained again); a look that needs a seed --ends-from lacks trains it in --out."""
+    from .sequential import cmd_run_until_decided
+
+    with tempfile.TemporaryDirectory() as scratch:
+        names, path = _prepare(out, ends, command, Path(scratch))
+        args.variants, args.variants_file = ",".join(names), str(path)
+        grid_request(args, argv)  # every refusal of run's, before anything is written
+        if not args.dry_run:
+            args.variants_file = str(_prepare(out, ends, command)[1])
+        return cmd_run_until_decided(args, argv, copy_from=ends_from, copied=list(ends))
 
 
 def _prepare(out: Path, ends: dict, command: str, files_dir: Path | None = None) -> tuple[list[str], Path]:

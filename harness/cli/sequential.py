@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .. import records
 from .common import UsageError
@@ -17,9 +18,13 @@ from .report import cmd_report
 from .run import grid_request, live_report, stop_deadline
 
 
-def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_run_until_decided(
+    args: argparse.Namespace, argv: Sequence[str], copy_from: Path | None = None, copied: Sequence[str] = ()
+) -> int:
     """Train and judge the grid of `args` look by look (docs/protocol.md, Sequential grids); 0, or 1
-    with --strict when a run failed or diverged."""
+    with --strict when a run failed or diverged. `copy_from`: a results folder whose finished runs of
+    the variants `copied` (same configuration, `grid.plan` checks it) are copied into --out before the
+    first look instead of trained (`harness ablate --ends-from`)."""
     from .. import sequential_grid
     from ..judging import looks, sequential
     from ..judging.stats import REFERENCE_NAME
@@ -42,10 +47,18 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cuda = request.device == "cuda"
         request = dataclasses.replace(request, members=args.members or (design.look_every if cuda else 1))
         sequential_grid.check_request(request, design, REFERENCE_NAME)
+        found = _copies(copy_from, Path(request.out), request.envs, copied, design.max_seeds)
+        if found:
+            _check_same_configuration(copy_from, request, copied, design.max_seeds)
         if args.dry_run:
-            print(sequential_grid.dry_run_text(request, design, REFERENCE_NAME))
+            if found:
+                print(f"would copy {_copy_summary(found)} from {copy_from}, not train them")
+            print(sequential_grid.dry_run_text(request, design, REFERENCE_NAME, copied=found))
             return 0
         out = request.out
+        done = [run for run in found if records.copy_run(copy_from, out, *run)]
+        if done:
+            print(f"copied {_copy_summary(done)} from {copy_from}")
         live = live_report(args, out, targets, randoms)
         deadline = stop_deadline(args)
         state = sequential_grid.run_until_decided(
@@ -61,3 +74,63 @@ def cmd_run_until_decided(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cmd_report(out, None, targets, randoms, pending=records.still_to_come(out))
     bad = sum(v for k, v in counts.items() if k != "complete")
     return 1 if args.strict and bad else 0
+
+
+def _copies(
+    source: Path | None, out: Path, envs: Sequence[str], variants: Sequence[str], max_seeds: int
+) -> list[tuple[str, str, int]]:
+    """(env, variant, seed) of each finished run of `variants` on `envs` in `source`, seed below
+    `max_seeds`, that `out` has no folder for: the runs `cmd_run_until_decided` copies, not trains."""
+    if source is None:
+        return []
+    order = {variant: i for i, variant in enumerate(variants)}
+    found = [
+        (env, variant, seed)
+        for path, env, variant, seed in records.run_folders(source)
+        if env in envs
+        and variant in variants
+        and seed < max_seeds
+        and records.run_state(path) is not None
+        and not records.run_dir(out, env, variant, seed).exists()
+    ]
+    return sorted(found, key=lambda run: (run[0], order[run[1]], run[2]))
+
+
+def _check_same_configuration(source: Path, request, variants: Sequence[str], max_seeds: int) -> None:
+    """Raise UsageError unless `source`'s runs of `variants` were trained with the configuration
+    `request` would train them with (spec, env, budget: `grid.plan`'s check, read-only)."""
+    from ..running import grid
+
+    part = dataclasses.replace(
+        request, out=str(source), variants={v: request.variants[v] for v in variants}, seeds=list(range(max_seeds))
+    )
+    try:
+        grid.plan(part)
+    except grid.ConfigConflict as exc:
+        problem = str(exc).split("; ")[0]
+        raise UsageError(
+            f"--ends-from: {problem}; give the grid that folder's budget (--steps, --profile), or drop --ends-from"
+        ) from None
+
+
+def _copy_summary(runs: Sequence[tuple[str, str, int]]) -> str:
+    """'20 finished runs (LunarLanderContinuous-v3: reference seeds 0-9, blog-sac2 seeds 0-9)'."""
+    by: dict[str, dict[str, list[int]]] = {}
+    for env, variant, seed in runs:
+        by.setdefault(env, {}).setdefault(variant, []).append(seed)
+    parts = [
+        f"{env}: " + ", ".join(f"{variant} seeds {_ranges(seeds)}" for variant, seeds in variants.items())
+        for env, variants in by.items()
+    ]
+    return f"{len(runs)} finished run{'s' if len(runs) != 1 else ''} ({'; '.join(parts)})"
+
+
+def _ranges(seeds: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    spans: list[list[int]] = []
+    for seed in seeds:
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
