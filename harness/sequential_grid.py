@@ -196,7 +196,7 @@ def dry_run_text(
     if state.end is not None:
         return "\n".join(["nothing to train: the sequential grid has ended", *looks.summary_lines(state)])
     look = len(state.looks) + 1
-    jobs = []
+    copied, jobs = set(copied), []
     for job in plan_look(request, looks.open_variants(state), design.seeds_at(look)):
         seeds = tuple(seed for seed in job.seeds if (job.env_id, job.variant, seed) not in copied)
         if seeds:

@@ -11,11 +11,15 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import records
 from .common import UsageError
 from .report import cmd_report
 from .run import grid_request, live_report, stop_deadline
+
+if TYPE_CHECKING:
+    from ..running.grid import GridRequest
 
 
 def cmd_run_until_decided(
@@ -96,7 +100,7 @@ def _copies(
     return sorted(found, key=lambda run: (run[0], order[run[1]], run[2]))
 
 
-def _check_same_configuration(source: Path, request, variants: Sequence[str], max_seeds: int) -> None:
+def _check_same_configuration(source: Path, request: GridRequest, variants: Sequence[str], max_seeds: int) -> None:
     """Raise UsageError unless `source`'s runs of `variants` were trained with the configuration
     `request` would train them with (spec, env, budget: `grid.plan`'s check, read-only)."""
     from ..running import grid
