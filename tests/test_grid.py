@@ -356,9 +356,10 @@ def test_a_claim_held_for_an_instant_by_a_probe_is_still_won(tmp_path):
 def test_stop_after_starts_no_run_that_would_end_past_the_limit(tmp_path, capsys, workers):
     out = tmp_path / "g"
     args = grid_args(out, 300, 1, "--workers", "1")
-    args[args.index("reference")] = "naive-tanh"
+    args[args.index("reference")] = "reference,naive-tanh"
     assert main(args) == 0
-    # Say its run took a day: the next seed of naive-tanh is then expected to take as long.
+    # Say naive-tanh's run took a day: its next seed is then expected to take as long; the reference's
+    # is expected from its own run.
     status = records.run_dir(out, "Pendulum-v1", "naive-tanh", 0) / "status.json"
     records.write_json(status, {**records.read_json(status), "wall_s": 86_400.0})
     capsys.readouterr()
@@ -479,3 +480,34 @@ def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatc
         "a rerun resumes it there from its checkpoint"
     ]
     assert not (records.run_dir(tmp_path, "Pendulum-v1", "reference", 0) / "status.json").exists()
+
+
+def test_a_variant_with_no_runs_is_expected_to_take_as_long_as_its_slowest_kin(tmp_path):
+    # A new variant of a known env takes the slowest per-variant median of the complete runs there of the
+    # same budget, implementation and precision: not a bf16 variant's, not Stable-Baselines3's.
+    budget = budget_for("smoke", "Pendulum-v1", 300)
+    fp32 = CATALOG["reference"].spec.to_dict()
+    for variant, seed, wall, members, spec, implementation in (
+        ("reference", 0, 400.0, 4, fp32, "native"),  # 100 s a seed
+        ("reference", 1, 400.0, 4, fp32, "native"),
+        ("alpha-loss", 0, 150.0, 1, fp32, "native"),  # slower: 150 s a seed
+        ("alpha-loss", 1, 130.0, 1, fp32, "native"),
+        ("bf16", 0, 2000.0, 1, CATALOG["bf16"].spec.to_dict(), "native"),  # another precision
+        ("sb3-sac", 0, 900.0, 1, fp32, "sb3"),  # another implementation
+    ):
+        folder = records.run_dir(tmp_path, "Pendulum-v1", variant, seed)
+        records.write_json(folder / "status.json", {"state": "complete", "env_steps": 300, "wall_s": wall})
+        records.write_json(
+            folder / "config.json",
+            {"members": members, "budget": {"total_steps": 300}, "spec": spec, "implementation": implementation},
+        )
+
+    def job(variant, seeds, env="Pendulum-v1"):
+        return Job(variant, "", CATALOG[variant].spec, {}, env, seeds, budget, str(tmp_path))
+
+    assert grid.job_seconds([job("naive-tanh", (0, 1, 2, 3)), job("sac-auto", (5,))]) == [560.0, 140.0]
+    # its own runs, where it has some, come first; no kin in another env
+    assert grid.job_seconds([job("alpha-loss", (2,)), job("naive-tanh", (0,), env="LunarLanderContinuous-v3")]) == [
+        140.0,
+        pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP),
+    ]

@@ -368,16 +368,20 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     """Each job's expected wall time, per seed: the median wall time of the complete runs of its variant
     and env already in its results folder (same budget); where there are none, that of its failed runs
     of the same budget (an exception at a given step, as critic-first's at its first update, recurs on
-    every seed); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
+    every seed); where there are none either, the slowest median of the other variants of that env and
+    budget trained by the same implementation in the same precision (a new variant of a known
+    environment: the slowest kin, so that a --stop-after never starts a run it cannot finish on a
+    guess); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
     job's wall time, so it counts as that time / m a seed."""
     finished = {folder: collect_runs(Path(folder), verified=False) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
-        mine = [
-            (row, records.run_dir(Path(job.out), job.env_id, job.variant, row["seed"]))
+        same_env = [
+            (row, records.run_dir(Path(job.out), job.env_id, row["variant"], row["seed"]))
             for row in finished[job.out]
-            if (row["env"], row["variant"]) == (job.env_id, job.variant) and row["wall_s"]
+            if row["env"] == job.env_id and row["wall_s"]
         ]
+        mine = [(row, path) for row, path in same_env if row["variant"] == job.variant]
         walls = [
             row["wall_s"] / recorded_members(path)
             for row, path in mine
@@ -389,9 +393,31 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
                 for row, path in mine
                 if row["state"] == "failed" and budget_steps(path) == job.budget.total_steps
             ]
+        if not walls:
+            walls = _kin_seconds([(row, path) for row, path in same_env if row["variant"] != job.variant], job)
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
         out.append(per_seed * len(job.seeds))
     return out
+
+
+def _kin_seconds(others: Sequence[tuple[dict, Path]], job: Job) -> list[float]:
+    """[the slowest per-variant median wall time a seed] of the complete runs among `others` (rows and
+    folders of other variants in `job`'s env) of `job`'s budget, implementation and precision; [] when
+    there are none."""
+    by_variant: dict[str, list[float]] = {}
+    for row, path in others:
+        if row["state"] != "complete" or row["env_steps"] != job.budget.total_steps:
+            continue
+        try:
+            config = records.read_json(path / "config.json")
+        except (OSError, ValueError):
+            continue
+        if not isinstance(config, dict):
+            continue
+        kin = config.get("implementation", "native") == job.implementation
+        if kin and records.recorded_spec(config).get("precision") == job.spec.precision:
+            by_variant.setdefault(row["variant"], []).append(row["wall_s"] / recorded_members(path))
+    return [max(float(np.median(walls)) for walls in by_variant.values())] if by_variant else []
 
 
 def estimate_seconds(jobs: Sequence[Job], workers: int) -> float:
