@@ -580,3 +580,16 @@ def test_report_of_sb3_sac_records_imports_neither_torch_nor_stable_baselines3(t
     )
     assert proc.stdout.strip().splitlines()[-1] == "exit=0 loaded=[]", proc.stdout + proc.stderr
     assert (tmp_path / "report" / "index.html").exists()
+
+
+def test_an_open_cell_says_how_many_seeds_would_detect_the_difference_it_saw() -> None:
+    from harness.judging.report import _seeds_to_decide_text
+
+    def cell(difference: float, seeds: float) -> pd.Series:
+        return pd.Series({"difference": difference, "seeds_for_difference": seeds})
+
+    assert _seeds_to_decide_text(cell(0.21, 18.0)) == "; 18 seeds would detect the difference seen"
+    assert _seeds_to_decide_text(cell(-0.01, float("nan"))) == (
+        "; more than 1,000 seeds would be needed to detect the difference seen"
+    )
+    assert _seeds_to_decide_text(cell(0.0, float("nan"))) == ""  # nothing seen, nothing to detect

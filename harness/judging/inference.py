@@ -168,7 +168,12 @@ def minimum_detectable_difference(se: float, df: float, level: float, power: flo
     return float(optimize.brentq(shortfall, 0.0, high)) * se
 
 
-def seeds_needed(test: Test, target: float, level: float, power: float = POWER, most: int = 1000) -> int | None:
+SEEDS_SEARCHED = 1000  # seeds_needed looks no further: past it, more seeds is not a plan
+
+
+def seeds_needed(
+    test: Test, target: float, level: float, power: float = POWER, most: int = SEEDS_SEARCHED
+) -> int | None:
     """Seeds (pairs, or runs a side) at which `target` would be detected with `power`, at this test's
     spread, or None if more than `most`. Paired: se = spread / sqrt(n), df = n - 1; unpaired with n a
     side: se = spread / sqrt(n), df = 2n - 2."""

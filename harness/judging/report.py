@@ -505,6 +505,7 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
                 detail = f"diff {v['difference']:+.3g}{units} [{v['ci_low']:+.3g}, {v['ci_high']:+.3g}]; " + detail
                 if v["verdict"] == stats.NO_DIFFERENCE:
                     detail += f"; none larger than {v['mdd']:.2g} missed (80% power)"
+                    detail += _seeds_to_decide_text(v)
                 if not np.isnan(v["poi"]):
                     detail += f"; PoI {v['poi']:.2f}"
             if env == stats.ALL_ENVS and v["envs_compared"] and v["envs_compared"].split(";") != list(envs):
@@ -513,6 +514,16 @@ def _verdict_grid(verdicts: pd.DataFrame, runs: pd.DataFrame, envs: Sequence[str
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th>variant</th>" + "".join(f"<th>{esc(e)}</th>" for e in panels) + "</tr>"
     return f'<table class="verdicts"><thead>{head}</thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>\n"
+
+
+def _seeds_to_decide_text(v: pd.Series) -> str:
+    """Where more seeds could decide an open comparison: '; 18 seeds would detect the difference seen',
+    from `seeds_for_difference` (the spread seen, 80% power, the family's level); '' without a difference."""
+    if v["difference"] == 0 or not np.isfinite(v["difference"]):
+        return ""
+    if np.isnan(v["seeds_for_difference"]):
+        return f"; more than {inference.SEEDS_SEARCHED:,} seeds would be needed to detect the difference seen"
+    return f"; {v['seeds_for_difference']:.0f} seeds would detect the difference seen"
 
 
 def _power_section(power: pd.DataFrame) -> str:
