@@ -368,10 +368,11 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     """Each job's expected wall time, per seed: the median wall time of the complete runs of its variant
     and env already in its results folder (same budget); where there are none, that of its failed runs
     of the same budget (an exception at a given step, as critic-first's at its first update, recurs on
-    every seed); where there are none either, the slowest median of the other variants of that env and
-    budget trained by the same implementation in the same precision (a new variant of a known
-    environment: the slowest kin, so that a --stop-after never starts a run it cannot finish on a
-    guess); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
+    every seed); where there are none either, the median over the other variants of that env and budget
+    trained by the same implementation in the same precision of each one's median (a new variant of a
+    known environment costs about what its kin cost there, better known than a per-step guess; a median,
+    not the slowest, as a variant's own runs give, so one run slowed by a paused or shared CPU does not
+    hold the grid's other jobs back); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
     job's wall time, so it counts as that time / m a seed."""
     finished = {folder: collect_runs(Path(folder), verified=False) for folder in {job.out for job in jobs}}
     out: list[float] = []
@@ -401,7 +402,7 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
 
 
 def _kin_seconds(others: Sequence[tuple[dict, Path]], job: Job) -> list[float]:
-    """[the slowest per-variant median wall time a seed] of the complete runs among `others` (rows and
+    """Each variant's median wall time a seed, from the complete runs among `others` (rows and
     folders of other variants in `job`'s env) of `job`'s budget, implementation and precision; [] when
     there are none."""
     by_variant: dict[str, list[float]] = {}
@@ -417,7 +418,7 @@ def _kin_seconds(others: Sequence[tuple[dict, Path]], job: Job) -> list[float]:
         kin = config.get("implementation", "native") == job.implementation
         if kin and records.recorded_spec(config).get("precision") == job.spec.precision:
             by_variant.setdefault(row["variant"], []).append(row["wall_s"] / recorded_members(path))
-    return [max(float(np.median(walls)) for walls in by_variant.values())] if by_variant else []
+    return [float(np.median(walls)) for walls in by_variant.values()]
 
 
 def estimate_seconds(jobs: Sequence[Job], workers: int) -> float:
