@@ -372,8 +372,8 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     trained by the same implementation in the same precision of each one's median (a new variant of a
     known environment costs about what its kin cost there, better known than a per-step guess; a median,
     not the slowest, as a variant's own runs give, so one run slowed by a paused or shared CPU does not
-    hold the grid's other jobs back); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m members records its whole
-    job's wall time, so it counts as that time / m a seed."""
+    hold the grid's other jobs back); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m
+    members records its whole job's wall time, so it counts as that time / m a seed."""
     finished = {folder: collect_runs(Path(folder), verified=False) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
