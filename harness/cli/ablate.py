@@ -90,16 +90,21 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if ends_from.resolve() == out.resolve():
             raise UsageError("ablate --ends-from: give a folder other than --out")
     command = shlex.join(["python", "-m", "harness", *argv])
-    if ends_from is not None and args.until_decided:
-        return _ablate_until_decided(args, argv, ends, out, ends_from, command)
+    # A sequential grid judges each look from --out's records alone: the ends' runs are copied there
+    # from --ends-from (cmd_run_until_decided), so they are among its variants.
+    copy_ends = ends_from is not None and args.until_decided
     with tempfile.TemporaryDirectory() as scratch:
         names, path = _prepare(out, ends, command, Path(scratch))
         ablated = names[2:]
-        args.variants = ",".join(ablated if ends_from is not None else names)
+        args.variants = ",".join(ablated if ends_from is not None and not copy_ends else names)
         args.variants_file = str(path)
         grid_request(args, argv)  # every refusal of run's, before anything is written
         if not args.dry_run:
             args.variants_file = str(_prepare(out, ends, command)[1])
+        if copy_ends:
+            from .sequential import cmd_run_until_decided
+
+            return cmd_run_until_decided(args, argv, copy_from=ends_from, copied=list(ends))
         report = not args.no_report
         args.no_report = args.no_report or ends_from is not None  # its report reads two folders: made below
         code = cmd_run(args, argv)
@@ -107,23 +112,6 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         targets, randoms = score_anchors(args)
         cmd_report(out, None, targets, randoms, more_results=[ends_from], variants=[args.variant, *ablated])
     return code
-
-
-def _ablate_until_decided(
-    args: argparse.Namespace, argv: Sequence[str], ends: dict, out: Path, ends_from: Path, command: str
-) -> int:
-    """--ends-from with --until-decided: every look judges the ablated variants against the reference
-    from --out's records, so the ends' finished runs in --ends-from are copied into --out (never
-    trained again); a look that needs a seed --ends-from lacks trains it in --out."""
-    from .sequential import cmd_run_until_decided
-
-    with tempfile.TemporaryDirectory() as scratch:
-        names, path = _prepare(out, ends, command, Path(scratch))
-        args.variants, args.variants_file = ",".join(names), str(path)
-        grid_request(args, argv)  # every refusal of run's, before anything is written
-        if not args.dry_run:
-            args.variants_file = str(_prepare(out, ends, command)[1])
-        return cmd_run_until_decided(args, argv, copy_from=ends_from, copied=list(ends))
 
 
 def _prepare(out: Path, ends: dict, command: str, files_dir: Path | None = None) -> tuple[list[str], Path]:
