@@ -30,10 +30,12 @@ class SequentialGridError(ValueError):
     """The results folder holds looks of another design, or looks that cannot be read (one line)."""
 
 
-def design_from(rule: str | None, look_every: int | None, max_seeds: int | None) -> sequential.SequentialDesign:
-    """The design of `--rule`, `--look-every` and `--max-seeds`, each the design's default where None.
-    Raises SequentialGridError (one line) for a design the rules refuse."""
-    given = {"rule": rule, "look_every": look_every, "max_seeds": max_seeds}
+def design_from(
+    rule: str | None, look_every: int | None, max_seeds: int | None, futility: float | None = None
+) -> sequential.SequentialDesign:
+    """The design of `--rule`, `--look-every`, `--max-seeds` and `--futility`, each the design's default
+    where None. Raises SequentialGridError (one line) for a design the rules refuse."""
+    given = {"rule": rule, "look_every": look_every, "max_seeds": max_seeds, "futility": futility}
     try:
         return sequential.SequentialDesign(**{k: v for k, v in given.items() if v is not None})
     except ValueError as exc:
@@ -49,6 +51,13 @@ def start_or_resume(out: Path, asked: dict) -> looks.Looks:
         raise SequentialGridError(str(exc)) from None
     if state is None:
         return looks.Looks(asked)
+    if state.design.get("futility") != asked.get("futility"):
+        # Futility is non-binding (harness.judging.sequential): it decides which open comparisons get more
+        # seeds, never a boundary or a claim, so a resumed grid may take another threshold, or none (then
+        # the comparisons it stopped go on, and a grid that had ended on them resumes).
+        state = dataclasses.replace(state, design=state.design | {"futility": asked.get("futility")})
+        if state.end == looks.END_FUTILITY:
+            state = dataclasses.replace(state, end=look_end(state))
     difference = looks.design_difference(state.design, asked)
     if difference:
         raise SequentialGridError(
@@ -86,7 +95,8 @@ def look_end(state: looks.Looks) -> str | None:
     """How the grid ends after the last look of `state`: every comparison decided, the plan's last look
     taken, or None (more looks)."""
     if not looks.open_variants(state):
-        return looks.END_DECIDED
+        decided = all(c.verdict != sequential.OPEN for c in looks.comparisons(state))
+        return looks.END_DECIDED if decided else looks.END_FUTILITY
     return looks.END_MAXIMUM if len(state.looks) >= state.rule_design.looks else None
 
 
@@ -157,8 +167,11 @@ def look_line(state: looks.Looks) -> str:
     parts = [
         f"{env} {variant} {verdict} on {', '.join(metrics)}" for (env, variant, verdict), metrics in decided.items()
     ]
-    still = sum(c.verdict == sequential.OPEN for c in found)
-    return f"look {look} judged: {'; '.join(parts) or 'nothing decided'}; {still} comparison(s) open"
+    still = sum(c.verdict == sequential.OPEN and not c.stopped for c in found)
+    stopped = sum(c.verdict == sequential.OPEN and c.stopped for c in found)
+    return f"look {look} judged: {'; '.join(parts) or 'nothing decided'}; {still} comparison(s) open" + (
+        f", {stopped} stopped for futility" if stopped else ""
+    )
 
 
 def check_request(request: grid.GridRequest, design: sequential.SequentialDesign, reference: str) -> None:

@@ -3,6 +3,7 @@ stored look, and the adastop wrapper against the package's own decisions."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -238,3 +239,67 @@ def test_studentized_boundary_holds_where_the_known_variance_one_carried_to_t_do
     assert rate == pytest.approx(alpha, abs=0.0005)  # 2.5 standard errors of 200,000 paths: 0.0004
     assert (stats > np.array(carried)).any(axis=1).mean() > rate
     assert np.all(studentized >= np.array(carried) - 0.02)
+
+
+# --- futility ------------------------------------------------------------------------------------
+
+
+def test_predictive_power_on_hand_computed_values() -> None:
+    # Better side: M ~ N(0.2, (0.3 sqrt(10 / (20 * 10)))^2) = N(0.2, 0.067082^2), half-width
+    # 2.8 * 0.3 / sqrt(20) = 0.187830: P(M > 0.187830) = Phi(0.18142) = 0.57198 (the lower tail ~4e-9).
+    assert sq.predictive_power(0.2, 0.3, 10, 20, 2.8, None) == pytest.approx(0.57198, abs=1e-4)
+    # Equivalence side: M ~ N(0, 0.022361^2), half-width 0.062610, margin 0.1: undecided where
+    # 0.037390 < |M| < 0.062610, 2 (Phi(2.80000) - Phi(1.67214)) = 0.089394.
+    assert sq.predictive_power(0.0, 0.1, 10, 20, 2.8, 0.1) == pytest.approx(1 - 0.089394, abs=1e-4)
+    # A half-width below half the margin: every last-look mean reads one verdict or the other.
+    assert sq.predictive_power(0.03, 0.01, 5, 20, 3.0, 0.1) == 1.0
+    # No spread: decided exactly when the mean seen already lies outside the undecided band.
+    assert sq.predictive_power(0.5, 0.0, 5, 20, 3.0, None) == 1.0
+    with pytest.raises(ValueError, match="looks ahead"):
+        sq.predictive_power(0.1, 0.1, 20, 20, 3.0, None)
+
+
+def test_futility_stops_a_hopeless_comparison_and_shows_it_no_more_seeds() -> None:
+    scores = _scores(np.random.default_rng(0))
+    design = sq.SequentialDesign(look_every=5, max_seeds=30, futility=0.1)
+    looks = sq.judge_looks(scores, "reference", design)
+    # noisy is unpaired noise (differences of sd ~1.4, mean ~0): predictive power 17% and 11% at looks 1
+    # and 2, 1% at look 3, where it stops, and the grid with it (broken and same were decided at look 1).
+    assert [look.decisions["noisy"].stopped for look in looks] == [False, False, True]
+    noisy = looks[-1].decisions["noisy"]
+    assert noisy.verdict == sq.OPEN and noisy.seeds == 15 and noisy.predictive_power < 0.1
+    assert noisy.describe(design).startswith("open, stopped for futility at look 3, 15 seeds (predictive power")
+    assert looks[-1].open_variants() == [] and looks[-1].finished
+    assert looks[-1].decisions["broken"].predictive_power is None  # decided: nothing to predict
+    without = sq.judge_looks(scores, "reference", dataclasses.replace(design, futility=None))
+    assert without[-1].decisions["noisy"].seeds == 30 and not without[-1].decisions["noisy"].stopped
+    # A stopped comparison given no seeds since stands as it was at the next look.
+    shown = {**scores, "noisy": {s: scores["noisy"][s] for s in range(15)}}
+    assert sq.decide_look(shown, "reference", 4, design, looks[-1]).decisions["noisy"] == noisy
+
+
+def test_futility_is_non_binding_every_claim_with_it_is_made_without_it() -> None:
+    # 60 grids of shifted normal comparisons: with futility a comparison reads the verdict it reads
+    # without, or stays open; and some were stopped early, so it saved seeds.
+    rng = np.random.default_rng(5)
+    design = sq.SequentialDesign(look_every=5, max_seeds=20, boundary_draws=20_000)
+    stopped = 0
+    for _ in range(60):
+        seed_effect = rng.normal(size=20)
+        shifts = {"reference": 0.0, "a": 0.0, "b": 0.3, "c": 1.0}
+        scores = {n: {s: float(seed_effect[s] + rng.normal() + d) for s in range(20)} for n, d in shifts.items()}
+        plain = sq.judge_looks(scores, "reference", design)[-1].decisions
+        futile = sq.judge_looks(scores, "reference", dataclasses.replace(design, futility=0.2))[-1].decisions
+        for v, d in futile.items():
+            assert d.verdict in (plain[v].verdict, sq.OPEN)
+            assert d.seeds <= plain[v].seeds
+            stopped += d.stopped
+    assert stopped > 0
+
+
+def test_futility_thresholds_outside_0_1_and_rules_without_intervals_are_refused() -> None:
+    for bad in (0.0, 1.0, -0.2):
+        with pytest.raises(ValueError, match="predictive power"):
+            sq.SequentialDesign(futility=bad)
+    with pytest.raises(ValueError, match="paired rule"):
+        sq.SequentialDesign(rule="adastop", look_every=5, max_seeds=10, futility=0.1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -268,7 +269,7 @@ def test_the_report_shows_each_comparison_and_when_it_was_decided(tmp_path, monk
     assert "better, decided at look 2, 4 seeds" in page
     assert page.index("Sequential verdicts") < page.index("Verdicts: each variant vs")
     table = (tmp_path / "report/looks.csv").read_text().splitlines()
-    assert table[0] == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note"
+    assert table[0] == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note,stopped,predictive_power"
     assert len(table) == 1 + 3 * 2  # three comparisons, two metrics
 
 
@@ -376,6 +377,7 @@ def test_until_decided_closes_a_failing_variant_at_look_1_and_a_killed_grid_resu
         (["--rule", "coin"], "unknown sequential rule 'coin' (known: paired, adastop)"),
         (["--backend", "ray"], "--until-decided works with the local backend only"),
         (["--fresh"], "--until-decided with --fresh"),
+        (["--futility", "1.5"], "--futility is a predictive power: it must lie in (0, 1), not 1.5"),
     ],
 )
 def test_bad_sequential_options_are_one_line_and_exit_2(tmp_path, capsys, extra, message):
@@ -385,6 +387,16 @@ def test_bad_sequential_options_are_one_line_and_exit_2(tmp_path, capsys, extra,
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "g/runs").exists()
+
+
+def test_sequential_options_without_until_decided_are_refused_in_one_line(tmp_path, capsys):
+    from harness.cli import main
+
+    args = [a for a in until_decided_args(tmp_path / "g") if a != "--until-decided"]
+    assert main([*args, "--futility", "0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: only --until-decided uses --look-every, --max-seeds, --futility: add it, or drop them"]
+    assert not (tmp_path / "g").exists()
 
 
 def test_the_defaults_the_help_states_are_the_designs(capsys):
@@ -464,3 +476,41 @@ def test_until_decided_refuses_seeds_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--max-seeds" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_futility_stops_giving_seeds_to_a_hopeless_variant_and_a_rerun_without_it_goes_on(tmp_path, monkeypatch):
+    # naive-tanh made noise around the reference (differences +-0.3 alternating, mean ~0): at 6 seeds its interval
+    # could neither exclude 0 nor fit within +-0.05, so at look 1 its predictive power is ~0.
+    plain = normalized_score
+
+    def noisy(variant: str, seed: int) -> float | None:
+        noise = 0.3 * (-1) ** seed * (1 + 0.1 * seed)
+        return plain("reference", seed) + noise if variant == "naive-tanh" else plain(variant, seed)
+
+    monkeypatch.setattr(sys.modules[__name__], "normalized_score", noisy)
+    design = dataclasses.replace(DESIGN, futility=0.1)
+    training = FakeTraining()
+    state = run(tmp_path, training, monkeypatch, design, variants=("reference", "naive-tanh", "joint-update"))
+    found = by_key(state)
+    for metric in ("final_return", "auc_return"):
+        stopped = found[("naive-tanh", metric)]
+        assert (stopped.verdict, stopped.stopped, stopped.look, stopped.seeds) == ("open", True, 1, 2)
+        assert stopped.predictive_power < 0.1
+        text = looks.comparison_text(stopped, state)
+        assert text.startswith("open, stopped for futility at look 1, 2 seeds") and "at 6 seeds)" in text
+        assert found[("joint-update", metric)].verdict == "better"
+    # joint-update, decided at look 2 (two seeds give too wide an interval), ended the grid
+    assert state.end == looks.END_FUTILITY and len(state.looks) == 2
+    seeds = {
+        v: sorted(s for name, s in training.trained if name == v) for v in ("reference", "naive-tanh", "joint-update")
+    }
+    assert seeds == {"reference": [0, 1, 2, 3], "naive-tanh": [0, 1], "joint-update": [0, 1, 2, 3]}
+    assert "every comparison decided or stopped for futility" in looks.summary_lines(state)[0]
+    assert "futility below 10% predictive power (non-binding)" in looks.summary_lines(state)[0]
+    assert looks.read_looks(tmp_path) == state
+    # Futility is non-binding: the same grid rerun without it gives the stopped comparisons their seeds.
+    more = FakeTraining()
+    resumed = run(tmp_path, more, monkeypatch, DESIGN, variants=("reference", "naive-tanh", "joint-update"))
+    assert {v for v, _ in more.trained} == {"reference", "naive-tanh"} and max(s for _, s in more.trained) >= 3
+    assert resumed.design["futility"] is None and resumed.end in (looks.END_DECIDED, looks.END_MAXIMUM)
+    assert not any(c.stopped for c in looks.comparisons(resumed) if c.variant == "naive-tanh")

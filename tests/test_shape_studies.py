@@ -74,3 +74,34 @@ def test_shape_study_refuses_a_folder_of_two_environments(tmp_path: Path, capsys
     assert cli.main(["shape-study", "null", str(tmp_path), "--rules", "paired:nope"]) == 2
     assert cli.main(["shape-study", "null", str(tmp_path), "--methods", "Holm"]) == 2
     assert "--methods: unknown Holm" in capsys.readouterr().err
+
+
+def test_rules_name_spending_multiplicity_and_futility_in_any_order() -> None:
+    designs = shape_studies.parse_rules("paired:futility=0.05:many-to-one,paired:obrien-fleming,adastop", 5, 20)
+    assert [(d.rule, d.spending, d.multiplicity, d.futility) for d in designs] == [
+        ("paired", "pocock", "many-to-one", 0.05),
+        ("paired", "obrien-fleming", "bonferroni", None),
+        ("adastop", "pocock", "bonferroni", None),
+    ]
+    assert "futility below 5%" in shape_studies.design_name(designs[0])
+    for bad, message in (("paired:futility=x", "takes a number"), ("paired:holm", "unknown option 'holm'")):
+        with pytest.raises(shape_studies.StudyError, match=message):
+            shape_studies.parse_rules(bad, 5, 20)
+
+
+def test_replay_names_what_futility_stopped_and_spends_fewer_runs(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    base = -300 + 20 * rng.normal(size=20)
+    write_cell(tmp_path, "Pendulum-v1", "reference", base)
+    write_cell(tmp_path, "Pendulum-v1", "naive-tanh", -300 + 200 * rng.normal(size=20))  # wide noise, no effect
+    scores = shape_studies.campaign_scores(tmp_path, "Pendulum-v1")["final_return"]
+    plain = shape_studies.replay(
+        scores, "synthetic", "final_return", sequential.SequentialDesign(look_every=5, max_seeds=20)
+    )
+    futile = shape_studies.replay(
+        scores, "synthetic", "final_return", sequential.SequentialDesign(look_every=5, max_seeds=20, futility=0.2)
+    )
+    assert plain.runs_spent == 20 and plain.verdicts["naive-tanh"] == "open at look 4 (20 seeds)"
+    assert futile.verdicts["naive-tanh"].startswith("stopped for futility at look ")
+    assert futile.runs_spent < 20
+    assert "naive-tanh: stopped for futility" in shape_studies.format_replay_rows([futile])[-1]

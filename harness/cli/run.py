@@ -57,6 +57,14 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     add_score_anchor_options(parser)
 
 
+SEQUENTIAL_OPTIONS = {
+    "--look-every": "look_every",
+    "--max-seeds": "max_seeds",
+    "--rule": "rule",
+    "--futility": "futility",
+}
+
+
 def _add_sequential_options(run: argparse.ArgumentParser) -> None:
     """Seeds added look by look until the verdicts are reached (harness.sequential_grid, harness.cli.sequential)."""
     run.add_argument(
@@ -80,6 +88,15 @@ def _add_sequential_options(run: argparse.ArgumentParser) -> None:
         default=None,
         help="the sequential rule: paired (default; per-seed differences, measured to hold 5%%) or adastop "
         "(the adastop package; measured above 5%% on the study's shapes, docs/statistics.md)",
+    )
+    run.add_argument(
+        "--futility",
+        type=float,
+        default=None,
+        metavar="P",
+        help="after a look before the last, stop giving seeds to an open comparison whose predictive power "
+        "(the chance that --max-seeds decides it if its differences go on as seen) is below P, such as 0.1; "
+        "non-binding, so the error rate holds (docs/protocol.md). A rerun may change or drop it",
     )
 
 
@@ -194,6 +211,9 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from .sequential import cmd_run_until_decided
 
         return cmd_run_until_decided(args, argv)
+    given = [flag for flag, value in SEQUENTIAL_OPTIONS.items() if getattr(args, value) is not None]
+    if given:
+        raise UsageError(f"only --until-decided uses {', '.join(given)}: add it, or drop them")
     _require_backend(args)
     request, (targets, randoms) = grid_request(args, argv)
     workers = 1 if request.device == "cuda" else args.workers

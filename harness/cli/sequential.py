@@ -43,7 +43,7 @@ def cmd_run_until_decided(
             "--until-decided with --fresh: the looks already judged stand on their runs; use another --out"
         )
     try:
-        design = sequential_grid.design_from(args.rule, args.look_every, args.max_seeds)
+        design = sequential_grid.design_from(args.rule, args.look_every, args.max_seeds, args.futility)
         caution = sequential.LEVEL_CAUTIONS.get(design.rule)
         if caution:
             print(f"warning: {caution}", file=sys.stderr)

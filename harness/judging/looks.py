@@ -11,7 +11,7 @@ comparison was decided when ("worse, decided at look 1, 2 seeds"; "open at the m
                 "seeds": {env: {variant: n}},           # seeds 0..n-1 each variant had when judged
                 "judged": {env: {metric: Look.to_dict()}},  # the rule's state after this look
                 "failures": {env: {variant: {"look": j, "seeds": n, "reason": str}}}}, ...],
-     "end": null | "decided" | "maximum"}
+     "end": null | "decided" | "maximum" | "futility"}
 
 Every look's entry holds the whole picture (earlier decisions carried on), so the last entry says where
 each comparison stands. The file is standard JSON: a non-finite number (an interval end the rule left
@@ -49,6 +49,7 @@ nan = math.nan
 LOOKS_FILE = "looks.json"
 END_DECIDED = "decided"  # every comparison decided
 END_MAXIMUM = "maximum"  # the plan's last look taken with some comparison still open
+END_FUTILITY = "futility"  # every comparison decided or stopped for futility, some of them open
 FAILURE = "failure"  # the basis of a closure by a recurring failure
 RULE = "rule"
 
@@ -110,6 +111,8 @@ class Comparison:
     look: int  # the look that decided it (the latest look while open; 0 before the first)
     basis: str  # RULE or FAILURE
     note: str  # the failure, for FAILURE
+    stopped: bool = False  # open and stopped for futility at `look` (sequential.Decision.stopped)
+    predictive_power: float | None = None  # judged open before the last look, with a threshold
 
 
 def design_record(
@@ -229,9 +232,13 @@ def read_looks(results: Path) -> Looks | None:
 
 
 def open_variants(state: Looks) -> dict[str, list[str]]:
-    """env -> the variants that get the next look's seeds: those with a comparison still open there
-    (every one before the first look), then the reference while any is open. Envs with none are left out."""
-    latest = {(c.env, c.variant) for c in comparisons(state) if c.verdict == sequential.OPEN}
+    """env -> the variants that get the next look's seeds: those with a comparison still open there and
+    not stopped for futility while the design has a threshold (every one before the first look), then the
+    reference while any is open. Envs with none are left out."""
+    futility = state.rule_design.futility is not None  # turned off on a resumed grid: the stopped go on
+    latest = {
+        (c.env, c.variant) for c in comparisons(state) if c.verdict == sequential.OPEN and not (futility and c.stopped)
+    }
     out: dict[str, list[str]] = {}
     for env in state.design["envs"]:
         still = [v for v in state.design["variants"] if not state.looks or (env, v) in latest]
@@ -338,6 +345,8 @@ def comparisons(state: Looks) -> list[Comparison]:
                         decision.look,
                         RULE,
                         "",
+                        decision.stopped,
+                        decision.predictive_power,
                     )
                 else:
                     row = (sequential.OPEN, nan, nan, nan, 0, last.look, RULE, "")
@@ -365,6 +374,11 @@ def comparison_text(c: Comparison, state: Looks) -> str:
         return f"{c.verdict}, decided at look {c.look}, {c.seeds} seeds (every run failed: {short_failure(c.note)})"
     if c.verdict != sequential.OPEN:
         return f"{c.verdict}, decided at look {c.look}, {c.seeds} seeds{numbers}"
+    if c.stopped:
+        return (
+            f"open, stopped for futility at look {c.look}, {c.seeds} seeds{numbers} (predictive power "
+            f"{c.predictive_power:.0%} at {state.rule_design.max_seeds} seeds)"
+        )
     if state.end == END_MAXIMUM:
         return f"open at the maximum, {c.seeds} seeds{numbers}"
     return f"open after look {c.look}, {c.seeds} seeds{numbers} (more looks to come)"
@@ -378,12 +392,19 @@ def summary_lines(state: Looks) -> list[str]:
         None: f"{n} of at most {design.looks} looks judged; a rerun of the grid's command goes on",
         END_DECIDED: f"stopped after look {n}: every comparison decided",
         END_MAXIMUM: f"stopped after look {n}: the maximum of {design.max_seeds} seeds reached",
+        END_FUTILITY: f"stopped after look {n}: every comparison decided or stopped for futility",
     }.get(state.end, f"end {state.end!r}")
     envs = len(state.design["envs"])
     split = f" (split evenly over {envs} envs)" if envs > 1 else ""
     lines = [
         f"sequential grid: {design.rule} rule, a look every {design.look_every} seeds up to {design.max_seeds}, "
-        f"family-wise error {design.alpha:g} per metric over all looks and comparisons{split}; {where}"
+        f"family-wise error {design.alpha:g} per metric over all looks and comparisons{split}"
+        + (
+            f", futility below {design.futility:.0%} predictive power (non-binding)"
+            if design.futility is not None
+            else ""
+        )
+        + f"; {where}"
     ]
     for c in comparisons(state):
         lines.append(f"  {c.env} {c.variant} vs {state.reference}, {c.metric}: {comparison_text(c, state)}")

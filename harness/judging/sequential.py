@@ -26,6 +26,13 @@ Rules:
            below 0; equivalent: inside [-margin, margin]) shares that one error budget. Alpha spending
            (rather than an anytime-valid confidence sequence) because looks are few and planned: it
            spends the whole budget on them, where a confidence sequence pays for looks never taken.
+           Futility (`SequentialDesign.futility`, off by default): after a look before the last, an open
+           comparison whose predictive power is below the threshold stops asking for seeds
+           (`predictive_power`: the probability that the last look decides it, averaged over what the
+           seeds seen say of its true difference; Spiegelhalter, Freedman & Blackburn 1986).
+           It is non-binding: the boundary is the one computed without it, a stopped comparison stays
+           open, and every claim the grid makes with it is one it would make without it, so the
+           family-wise error cannot rise; what it costs is power, measured by the shape studies.
   adastop  AdaStop (Mathieu et al., TMLR 2024) through the `adastop` package: unpaired group-sequential
            permutation tests, step-down over the comparisons, restricted to the comparisons against the
            reference. It gives no interval and no equivalence: what it does not reject stays open.
@@ -39,7 +46,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -78,6 +85,9 @@ class SequentialDesign:
     (each comparison's own boundary at alpha / m; the default, the one measured to hold on the
     campaigns' bimodal returns) or 'many-to-one' (one boundary over the comparisons' estimated
     correlation: narrower, and measured at 5.1% on LunarLander-shaped nulls, docs/statistics.md).
+    futility: the predictive power below which an open comparison stops asking for seeds after a look
+    before the last (module doc; the paired rule only), None (the default) to give every open
+    comparison seeds up to max_seeds.
     """
 
     rule: str = "paired"
@@ -88,6 +98,7 @@ class SequentialDesign:
     spending: str = "pocock"
     boundary_draws: int = BOUNDARY_DRAWS
     multiplicity: str = "bonferroni"
+    futility: float | None = None
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -106,6 +117,10 @@ class SequentialDesign:
             raise ValueError(f"alpha must lie in (0, 1), not {self.alpha}")
         if self.margin is not None and self.margin <= 0:
             raise ValueError(f"the equivalence margin must be positive, not {self.margin}")
+        if self.futility is not None and not 0 < self.futility < 1:
+            raise ValueError(f"--futility is a predictive power: it must lie in (0, 1), not {self.futility}")
+        if self.futility is not None and self.rule != "paired":
+            raise ValueError(f"--futility needs the paired rule's intervals; the {self.rule} rule gives none")
         if self.rule == "adastop" and self.max_seeds % self.look_every:
             raise ValueError(
                 f"the adastop rule adds the same seeds at every look: --max-seeds ({self.max_seeds}) must be "
@@ -141,6 +156,9 @@ class Decision:
     verdict: one of `VERDICTS`. difference: mean of the per-seed differences (adastop: difference of
     means). low, high: the simultaneous interval (NaN where the rule gives none). seeds: seeds it was
     judged on. look: the look (1-based) at which the verdict was reached, or the latest look while open.
+    stopped: open and stopped for futility at `look` (it asks for no more seeds). predictive_power: the
+    probability that the last look decides it, as `predictive_power` computes it after `look` (None
+    where the design has no futility threshold, or where it was decided or judged at the last look).
     """
 
     variant: str
@@ -150,6 +168,8 @@ class Decision:
     high: float
     seeds: int
     look: int
+    stopped: bool = False
+    predictive_power: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -159,6 +179,11 @@ class Decision:
         """'better, decided at look 2, 10 seeds' / 'open at the maximum, 30 seeds' / 'open after look 1, 5 seeds'."""
         if self.decided:
             return f"{self.verdict}, decided at look {self.look}, {self.seeds} seeds"
+        if self.stopped:
+            return (
+                f"open, stopped for futility at look {self.look}, {self.seeds} seeds "
+                f"(predictive power {self.predictive_power:.0%})"
+            )
         if self.seeds >= design.max_seeds or self.look >= design.looks:
             return f"open at the maximum, {self.seeds} seeds"
         return f"open after look {self.look}, {self.seeds} seeds"
@@ -179,12 +204,13 @@ class Look:
     state: dict = field(default_factory=dict)
 
     def open_variants(self) -> list[str]:
-        """The variants with a comparison still open: they get the next look's seeds."""
-        return [v for v, d in self.decisions.items() if not d.decided]
+        """The variants with a comparison still open and not stopped for futility: they get the next
+        look's seeds."""
+        return [v for v, d in self.decisions.items() if not d.decided and not d.stopped]
 
     @property
     def finished(self) -> bool:
-        """Every comparison decided, or the plan's last look taken."""
+        """Every comparison decided or stopped for futility, or the plan's last look taken."""
         return not self.open_variants() or self.index >= self.design.looks
 
     def to_dict(self) -> dict:
@@ -232,6 +258,27 @@ def decide_look(
         if bad:
             raise ValueError(f"{variant} has non-finite scores at seeds {bad} (score failed runs first)")
     return RULES[design.rule](scores, reference, look_index, design, previous)
+
+
+def judge_looks(scores: Mapping[str, Mapping[int, float]], reference: str, design: SequentialDesign) -> list[Look]:
+    """The looks a grid of `design` would judge on `scores` that hold every seed already (a study's draws,
+    a committed campaign replayed), until the grid would stop: look after look while any comparison is
+    open, each variant shown the seeds a grid would have given it (none past the look at which every
+    comparison of its was decided or stopped for futility). A replaying rule: its last look alone, which
+    holds every decision and the seeds it was reached at."""
+    if design.rule in REPLAYING_RULES:
+        return [decide_look(scores, reference, design.looks, design)]
+    looks: list[Look] = []
+    shown = {v: math.inf for v in scores}  # a variant's seeds stop where the grid stopped giving it more
+    for index in range(1, design.looks + 1):
+        table = {v: {s: x for s, x in by.items() if s < shown[v]} for v, by in scores.items()}
+        looks.append(decide_look(table, reference, index, design, looks[-1] if looks else None))
+        if looks[-1].finished:
+            break
+        for v, decision in looks[-1].decisions.items():
+            if decision.stopped:
+                shown[v] = min(shown[v], design.seeds_at(index))
+    return looks
 
 
 def _seeds_below(scores: Mapping[int, float], limit: int) -> list[int]:
@@ -437,10 +484,17 @@ def paired_rule(
         looks = [design.seeds_at(i) for i in range(1, design.looks + 1)]
         critical = MULTIPLICITY[design.multiplicity](looks, correlation, design)
         state = {"critical_t": [float(c) for c in critical], "correlation": correlation.tolist()}
+    critical_now, critical_last = float(state["critical_t"][look_index - 1]), float(state["critical_t"][-1])
     for v in variants:
-        if v not in decisions:
-            critical_now = float(state["critical_t"][look_index - 1])
-            decisions[v] = _judge_pair(v, scores[v], scores[reference], pairs[v], critical_now, look_index, design)
+        if v in decisions:
+            continue
+        stopped = previous.decisions.get(v) if previous is not None else None
+        if stopped is not None and stopped.stopped and len(pairs[v]) <= stopped.seeds:
+            decisions[v] = stopped  # stopped for futility and given no seeds since: it stands as it was
+            continue
+        decisions[v] = _judge_pair(
+            v, scores[v], scores[reference], pairs[v], (critical_now, critical_last), look_index, design
+        )
     return Look(look_index, reference, design, decisions, state)
 
 
@@ -463,18 +517,56 @@ def _judge_pair(
     x: Mapping[int, float],
     r: Mapping[int, float],
     seeds: Sequence[int],
-    critical: float,
+    critical: tuple[float, float],
     look_index: int,
     design: SequentialDesign,
 ) -> Decision:
-    """One comparison's repeated confidence interval at a look and the verdict it reads."""
+    """One comparison's repeated confidence interval at a look and the verdict it reads; `critical` is
+    (this look's critical value, the last look's). Open before the last look, with a futility threshold:
+    stopped when its predictive power is below it."""
     d = np.array([x[s] - r[s] for s in seeds], dtype=np.float64)
     if d.size < 2:
         return Decision(variant, OPEN, float(d.mean()) if d.size else math.nan, -math.inf, math.inf, d.size, look_index)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    half = critical * sd / math.sqrt(d.size) if sd > 0 else 0.0
+    half = critical[0] * sd / math.sqrt(d.size) if sd > 0 else 0.0
     low, high = mean - half, mean + half
-    return Decision(variant, interval_verdict(low, high, design.margin), mean, low, high, int(d.size), look_index)
+    verdict = interval_verdict(low, high, design.margin)
+    decision = Decision(variant, verdict, mean, low, high, int(d.size), look_index)
+    if verdict != OPEN or design.futility is None or look_index >= design.looks:
+        return decision
+    power = predictive_power(mean, sd, d.size, design.max_seeds, critical[1], design.margin)
+    return replace(decision, stopped=power < design.futility, predictive_power=power)
+
+
+def predictive_power(
+    mean: float, sd: float, n: int, final_n: int, final_critical: float, margin: float | None
+) -> float:
+    """The probability that a comparison seen on `n` seeds (per-seed differences of mean `mean` and sd
+    `sd`) is decided at the last look, on `final_n` seeds with critical value `final_critical`: predictive
+    power (Spiegelhalter, Freedman & Blackburn 1986; Jennison & Turnbull ch. 10), the chance of deciding
+    averaged over what the seeds seen say of the true difference theta (flat prior: theta ~ N(mean,
+    sd^2 / n)), where conditional power would take theta = mean as known: from 5 seeds that estimate is
+    too rough to plan on (docs/statistics.md, Futility).
+
+    The seeds to come differ by N(theta, sd^2) each, so the last look's mean is M ~ N(mean, sd^2
+    (final_n - n) / (final_n n)), and its half-width h = final_critical sd / sqrt(final_n) (the sd taken
+    as known): it is decided where |M| > h (better or worse) or |M| < margin - h (equivalent, where the
+    design has a margin).
+    """
+    if n >= final_n:
+        raise ValueError(f"predictive power looks ahead: {n} seeds seen, the last look has {final_n}")
+    half = final_critical * sd / math.sqrt(final_n)
+    inner = 0.0 if margin is None else max(margin - half, 0.0)  # |M| below this: equivalent
+    if inner >= half:
+        return 1.0  # every M is decided one way or the other
+    spread = sd * math.sqrt((final_n - n) / (final_n * n))
+    if spread == 0:
+        return float(abs(mean) > half or abs(mean) < inner)
+    cdf = sps.norm.cdf
+    undecided = (cdf((half - mean) / spread) - cdf((inner - mean) / spread)) + (
+        cdf((-inner - mean) / spread) - cdf((-half - mean) / spread)
+    )
+    return float(min(max(1.0 - undecided, 0.0), 1.0))
 
 
 def interval_verdict(low: float, high: float, margin: float | None) -> str:

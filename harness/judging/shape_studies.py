@@ -99,15 +99,7 @@ def sequential_looks(
     rule: its last look alone, which holds every decision and the seeds it was reached at)."""
     table = {"reference": dict(enumerate(scores[0].tolist()))}
     table |= {f"v{k}": dict(enumerate(scores[k].tolist())) for k in range(1, scores.shape[0])}
-    if design.rule in sequential.REPLAYING_RULES:
-        # its last look replays every look before it: judging each look too would repeat that work
-        return [sequential.decide_look(table, "reference", design.looks, design)]
-    looks: list[sequential.Look] = []
-    for index in range(1, design.looks + 1):
-        looks.append(sequential.decide_look(table, "reference", index, design, looks[-1] if looks else None))
-        if looks[-1].finished:
-            break
-    return looks
+    return sequential.judge_looks(table, "reference", design)
 
 
 def crude_calls(scores: np.ndarray, looks: Sequence[int], alpha: float = inference.ALPHA) -> list[tuple[str, int]]:
@@ -183,7 +175,8 @@ def null_sequential(
 
 def design_name(design: sequential.SequentialDesign) -> str:
     rule = design.rule if design.rule != "paired" else f"paired, {design.spending}, {design.multiplicity}"
-    return f"sequential {rule}, looks every {design.look_every} to {design.max_seeds}"
+    futility = f", futility below {design.futility:.0%}" if design.futility is not None else ""
+    return f"sequential {rule}{futility}, looks every {design.look_every} to {design.max_seeds}"
 
 
 def format_null_rows(rows: Sequence[NullRow], compared: int) -> list[str]:
@@ -283,13 +276,15 @@ def replay(
     scores: Mapping[str, Mapping[int, float]], campaign: str, metric: str, design: sequential.SequentialDesign
 ) -> ReplayRow:
     """`scores` (`{variant: {seed: score}}`, the reference included) fed to `design` look by look."""
-    looks: list[sequential.Look] = []
-    for index in range(1, design.looks + 1):
-        looks.append(sequential.decide_look(scores, "reference", index, design, looks[-1] if looks else None))
-        if looks[-1].finished:
-            break
-    final = looks[-1].decisions
-    verdicts = {v: f"{d.verdict} at look {d.look} ({d.seeds} seeds)" for v, d in final.items()}
+    final = sequential.judge_looks(scores, "reference", design)[-1].decisions
+    verdicts = {
+        v: (
+            f"stopped for futility at look {d.look} ({d.seeds} seeds, predictive power {d.predictive_power:.0%})"
+            if d.stopped
+            else f"{d.verdict} at look {d.look} ({d.seeds} seeds)"
+        )
+        for v, d in final.items()
+    }
     spent = sum(d.seeds for d in final.values())
     fixed = sum(len(s) for v, s in scores.items() if v != "reference")
     decided = sum(d.decided for d in final.values())
@@ -355,14 +350,32 @@ def folder_env(results_dir: Path) -> str:
 def parse_rules(
     text: str, look_every: int, max_seeds: int, boundary_draws: int = STUDY_BOUNDARY_DRAWS
 ) -> list[sequential.SequentialDesign]:
-    """'paired:pocock,paired:obrien-fleming:many-to-one,adastop' -> designs (a paired rule may name its
-    spending and its multiplicity)."""
+    """'paired:pocock,paired:obrien-fleming:many-to-one,paired:futility=0.1,adastop' -> designs (a paired
+    rule may name its spending, its multiplicity and a futility threshold, in any order after the rule)."""
     designs = []
     for item in [t.strip() for t in text.split(",") if t.strip()]:
-        rule, spending, multiplicity = [*item.split(":"), "", ""][:3]
-        fields = {"rule": rule, "look_every": look_every, "max_seeds": max_seeds, "boundary_draws": boundary_draws}
-        fields |= {"spending": spending} if spending else {}
-        fields |= {"multiplicity": multiplicity} if multiplicity else {}
+        rule, *options = item.split(":")
+        fields: dict = {
+            "rule": rule,
+            "look_every": look_every,
+            "max_seeds": max_seeds,
+            "boundary_draws": boundary_draws,
+        }
+        for option in options:
+            if option in sequential.SPENDING:
+                fields["spending"] = option
+            elif option in sequential.MULTIPLICITY:
+                fields["multiplicity"] = option
+            elif option.startswith("futility="):
+                try:
+                    fields["futility"] = float(option.removeprefix("futility="))
+                except ValueError:
+                    raise StudyError(f"{item!r}: futility=P takes a number, such as futility=0.1") from None
+            else:
+                raise StudyError(
+                    f"{item!r}: unknown option {option!r} (a spending: {', '.join(sequential.SPENDING)}; "
+                    f"a multiplicity: {', '.join(sequential.MULTIPLICITY)}; or futility=P)"
+                )
         designs.append(sequential.SequentialDesign(**fields))
     return designs
 
