@@ -303,3 +303,12 @@ def test_futility_thresholds_outside_0_1_and_rules_without_intervals_are_refused
             sq.SequentialDesign(futility=bad)
     with pytest.raises(ValueError, match="paired rule"):
         sq.SequentialDesign(rule="adastop", look_every=5, max_seeds=10, futility=0.1)
+
+
+def test_judge_looks_stops_at_the_last_look_the_seeds_cover() -> None:
+    # 10 seeds judged by a plan to 20: looks at 5 and 10 only. A third look would judge the same 10 seeds
+    # at the critical value of 15, which is smaller on the t scale (more degrees of freedom) and not theirs.
+    scores = _scores(np.random.default_rng(0), seeds=10)
+    looks = sq.judge_looks(scores, "reference", sq.SequentialDesign(look_every=5, max_seeds=20))
+    assert [look.index for look in looks] == [1, 2]
+    assert looks[-1].decisions["noisy"].seeds == 10 and looks[-1].decisions["noisy"].look == 2

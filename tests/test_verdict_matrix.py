@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -116,3 +117,43 @@ def test_a_narrow_interval_keeps_the_digits_that_say_its_side_of_zero(tmp_path: 
     # a bound that would round to zero at its width's decimals gets one more: -0.004 stays below zero
     close = pd.Series(_row("Pendulum", "same", "final_return", "worse", -0.03, -0.0562, -0.0041) | ROW)
     assert verdict_matrix.cell_text(close) == "worse -0.030 [-0.056, -0.004], 10 seeds"
+
+
+def test_a_sequential_grids_cells_come_from_its_looks(tmp_path: Path) -> None:
+    # The fixed rule called everything open on seed counts the looks chose; the looks decided some.
+    report = _report(
+        tmp_path / "cheetah-100k",
+        [
+            _row("Cheetah", v, m, "no detectable difference", 0.0, -0.5, 0.5)
+            for v in ("broken", "tied", "noisy", "early")
+            for m in ("final_return", "auc_return")
+        ],
+    )
+    looks = [
+        ("broken", "worse", math.nan, math.nan, math.nan, 5, "failure", False),
+        ("tied", "equivalent", 0.004, -0.02, 0.03, 10, "rule", False),
+        ("noisy", "open", 0.06, -0.39, 0.51, 10, "rule", True),
+        ("early", "open", -0.1, -0.6, 0.4, 5, "rule", False),
+    ]
+    pd.DataFrame(
+        [
+            {"env": "Cheetah", "variant": v, "metric": m, "verdict": verdict, "difference": d, "low": lo, "high": hi}
+            | {"seeds": n, "look": 1, "basis": basis, "note": "", "stopped": stopped, "predictive_power": 0.03}
+            for v, verdict, d, lo, hi, n, basis, stopped in looks
+            for m in ("final_return", "auc_return")
+        ]
+    ).to_csv(report / "looks.csv", index=False)
+    frame = verdict_matrix.verdict_frame([report])
+    final = frame[frame["metric"] == "final_return"].set_index("variant")
+    assert set(frame["rule"]) == {"sequential"}
+    assert verdict_matrix.cell_text(final.loc["broken"]) == "worse (every run failed), 5 seeds"
+    assert verdict_matrix.cell_text(final.loc["tied"]) == "equivalent +0.00 [-0.02, +0.03], 10 seeds"
+    assert verdict_matrix.cell_text(final.loc["noisy"]) == "open +0.06 [-0.39, +0.51], stopped for futility, 10 seeds"
+    assert verdict_matrix.cell_text(final.loc["early"]) == "open -0.10 [-0.60, +0.40], 5 seeds"
+    assert "| variant | Cheetah (cheetah-100k, sequential looks) |" in verdict_matrix.matrix_markdown(
+        frame, "final_return"
+    )
+    assert verdict_matrix.matrix_png(frame)[:8] == b"\x89PNG\r\n\x1a\n"
+    (report / "looks.csv").write_text("env,variant\nCheetah,tied\n")
+    with pytest.raises(verdict_matrix.MatrixError, match="looks.csv lacks the column"):
+        verdict_matrix.verdict_frame([report])

@@ -264,13 +264,17 @@ def judge_looks(scores: Mapping[str, Mapping[int, float]], reference: str, desig
     """The looks a grid of `design` would judge on `scores` that hold every seed already (a study's draws,
     a committed campaign replayed), until the grid would stop: look after look while any comparison is
     open, each variant shown the seeds a grid would have given it (none past the look at which every
-    comparison of its was decided or stopped for futility). A replaying rule: its last look alone, which
-    holds every decision and the seeds it was reached at."""
+    comparison of its was decided or stopped for futility). Looks stop at the last one whose seeds the
+    reference has (a campaign of 10 seeds replayed to a plan of 20: looks at 5 and 10), since a look's
+    critical value holds for its own seed count only. A replaying rule: its last look alone, which holds
+    every decision and the seeds it was reached at."""
     if design.rule in REPLAYING_RULES:
         return [decide_look(scores, reference, design.looks, design)]
     looks: list[Look] = []
     shown = {v: math.inf for v in scores}  # a variant's seeds stop where the grid stopped giving it more
     for index in range(1, design.looks + 1):
+        if looks and len(scores[reference]) < design.seeds_at(index):
+            break
         table = {v: {s: x for s, x in by.items() if s < shown[v]} for v, by in scores.items()}
         looks.append(decide_look(table, reference, index, design, looks[-1] if looks else None))
         if looks[-1].finished:
