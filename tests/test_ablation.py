@@ -360,3 +360,7 @@ def test_a_sequential_ablation_judges_copied_ends_and_trains_only_the_ablated(tm
     report.build_report(out, tmp_path / "report")
     rows = read_rows(tmp_path / "report" / "attribution.csv")
     assert {r["n_pairs"] for r in rows} == {"3"} and len(rows) == 4
+    # the looks chose the seeds by judging against the reference: the table says its level does not hold
+    said = (tmp_path / "report" / "attribution.md").read_text()
+    assert "chosen by a sequential grid's looks" in said and "does not hold" in said
+    assert "chosen by a sequential grid" in (tmp_path / "report" / "index.html").read_text()

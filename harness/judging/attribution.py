@@ -26,7 +26,7 @@ import pandas as pd
 from variants.spec import VariantSpec
 
 from .. import ablation, records
-from . import inference, loading, normalization, stats
+from . import inference, loading, looks, normalization, stats
 
 METRIC = "final_return"
 ATTRIBUTION_COLUMNS = (
@@ -178,8 +178,18 @@ def _seeds_text(row: pd.Series) -> str:
     return f"{int(row['n_runs'])} vs {int(row['n_against_runs'])}"
 
 
-def section_html(table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapping[str, str]) -> str:
-    """The report's attribution section: one table per env. `classes`: {verdict: CSS class}."""
+SEQUENTIAL_CAVEAT = (
+    "These runs' seed counts were chosen by a sequential grid's looks, which judge each variant against "
+    "{reference}, not these comparisons, so the family's stated level does not hold for them; a fixed "
+    "--seeds grid gives a table at its level."
+)
+
+
+def section_html(
+    table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapping[str, str], sequential: bool = False
+) -> str:
+    """The report's attribution section: one table per env. `classes`: {verdict: CSS class}. `sequential`:
+    the runs came from a sequential grid (`SEQUENTIAL_CAVEAT` is said)."""
     reference, variant = manifest.reference_name, manifest.variant_name
     family = int(table["family_size"].max()) if not table.empty else 0
     out = [
@@ -199,6 +209,8 @@ def section_html(table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapp
         )
         + 'Table: <a href="attribution.csv">attribution.csv</a>.</p>',
     ]
+    if sequential:
+        out.append(f'<p class="warn">{esc(SEQUENTIAL_CAVEAT.format(reference=reference))}</p>')
     header = ("difference", "question", "compared", "verdict", "estimate [interval]", "seeds", "reading")
     for env, rows in table.groupby("env", sort=False):
         out.append(f"<h3>{esc(env)}</h3><table><thead><tr>")
@@ -219,9 +231,11 @@ def section_html(table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapp
     return "\n".join(out) + "\n"
 
 
-def markdown_table(table: pd.DataFrame, manifest: ablation.Manifest) -> str:
-    """The attribution as Markdown, one table per env, for a README."""
+def markdown_table(table: pd.DataFrame, manifest: ablation.Manifest, sequential: bool = False) -> str:
+    """The attribution as Markdown, one table per env, for a README (`sequential`: as `section_html`)."""
     lines = [f"Attribution of {manifest.variant_name} against {manifest.reference_name} (final return):", ""]
+    if sequential:
+        lines += [SEQUENTIAL_CAVEAT.format(reference=manifest.reference_name), ""]
     for env, rows in table.groupby("env", sort=False):
         lines += [
             f"**{env}**",
@@ -264,4 +278,7 @@ def for_report(
     if manifest is None:
         return None
     table = attribution_table(manifest, runs, configs, scores)
-    return Attribution(table, section_html(table, manifest, classes), markdown_table(table, manifest))
+    sequential = any(looks.looks_path(Path(source)).exists() for source in sources)
+    return Attribution(
+        table, section_html(table, manifest, classes, sequential), markdown_table(table, manifest, sequential)
+    )
