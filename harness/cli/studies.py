@@ -72,7 +72,10 @@ def add_shape_study(sub: argparse._SubParsersAction) -> None:
     shapes.add_argument("--look-every", type=positive_int("--look-every"), default=5)
     shapes.add_argument("--max-seeds", type=positive_int("--max-seeds"), default=30)
     shapes.add_argument(
-        "--rules", default="paired:pocock,paired:obrien-fleming", help="sequential rules[:spending], comma-separated"
+        "--rules",
+        default="paired:pocock,paired:obrien-fleming",
+        help="sequential rules, comma-separated; a paired rule may add :SPENDING, :MULTIPLICITY and :futility=P "
+        "(e.g. paired:obrien-fleming:futility=0.05)",
     )
     shapes.add_argument(
         "--crude-looks",
