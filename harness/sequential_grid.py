@@ -122,13 +122,16 @@ def run_until_decided(
     deadline: float | None = None,
     on_finished: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] = print,
+    compared: Sequence[tuple[str, str]] | None = None,
 ) -> looks.Looks:
     """Train and judge look after look (see the module doc) until the grid ends or a look is left with
     runs unfinished (`deadline` passed, or runs left to another process): then it returns the state so
-    far, and a rerun goes on. `request.seeds` is not used. Raises SequentialGridError, grid.ConfigConflict,
-    and `Interrupted` on Ctrl-C (finished runs and judged looks kept)."""
+    far, and a rerun goes on. `request.seeds` is not used. `compared`: the comparisons, (variant, compared
+    with) pairs, where not every variant against the reference (an ablation's attribution). Raises
+    SequentialGridError, grid.ConfigConflict, and `Interrupted` on Ctrl-C (finished runs and judged looks
+    kept)."""
     out = Path(request.out)
-    state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants)))
+    state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants), compared))
     while state.end is None:
         look, trained = len(state.looks) + 1, looks.open_variants(state)
         n = design.seeds_at(look)
@@ -174,14 +177,26 @@ def look_line(state: looks.Looks) -> str:
     )
 
 
-def check_request(request: grid.GridRequest, design: sequential.SequentialDesign, reference: str) -> None:
+def check_request(
+    request: grid.GridRequest,
+    design: sequential.SequentialDesign,
+    reference: str,
+    compared: Sequence[tuple[str, str]] | None = None,
+) -> None:
     """Raise SequentialGridError (one line) unless the grid can be judged look by look: the reference and
-    at least one other variant among its variants, and, where the design judges normalized scores (it has
-    an equivalence margin), normalization constants for every env (the table's, or --target/--random)."""
+    at least one other variant among its variants (and every variant of `compared`, which only the paired
+    rule judges), and, where the design judges normalized scores (it has an equivalence margin),
+    normalization constants for every env (the table's, or --target/--random)."""
     if reference not in request.variants:
         raise SequentialGridError(f"--until-decided judges every variant against {reference}: add it to --variants")
     if len(request.variants) < 2:
         raise SequentialGridError(f"--until-decided needs a variant besides {reference} to compare")
+    missing = sorted({name for pair in compared or () for name in pair} - set(request.variants))
+    if missing:
+        raise SequentialGridError(f"--until-decided compares {', '.join(missing)}, which the grid does not train")
+    default = sequential.default_comparisons(request.variants, reference)
+    if compared is not None and list(compared) != default and design.rule != "paired":
+        raise SequentialGridError(f"the {design.rule} rule compares every variant with {reference} only")
     if design.margin is None:
         return
     with normalization.extended(
@@ -200,11 +215,13 @@ def dry_run_text(
     design: sequential.SequentialDesign,
     reference: str,
     copied: Collection[tuple[str, str, int]] = (),
+    compared: Sequence[tuple[str, str]] | None = None,
 ) -> str:
     """What the next look would train, without training or writing anything. `copied`: (env, variant,
-    seed) of runs that would be copied into the folder before the look rather than trained."""
+    seed) of runs that would be copied into the folder before the look rather than trained. `compared`:
+    as `run_until_decided`."""
     state = start_or_resume(
-        Path(request.out), looks.design_record(design, reference, request.envs, list(request.variants))
+        Path(request.out), looks.design_record(design, reference, request.envs, list(request.variants), compared)
     )
     if state.end is not None:
         return "\n".join(["nothing to train: the sequential grid has ended", *looks.summary_lines(state)])

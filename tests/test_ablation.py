@@ -357,10 +357,24 @@ def test_a_sequential_ablation_judges_copied_ends_and_trains_only_the_ablated(tm
     assert sorted(path.parent.name for path in out.glob("runs/Pendulum-v1/*/seed_2")) == [
         "ref-alpha_loss-alpha", "ref-init-xavier", "reference", "two",
     ]  # fmt: skip
+    # The looks judged the attribution's own comparisons: each ablated variant against the end it is
+    # compared with (with two differences, the variant less one is the reference plus the other, so each
+    # ablated variant is compared twice), and the variant against the reference.
+    assert state["design"]["compared"][0] == ["two", "reference"]
+    assert sorted(state["design"]["compared"][1:]) == [
+        ["ref-alpha_loss-alpha", "reference"], ["ref-alpha_loss-alpha", "two"],
+        ["ref-init-xavier", "reference"], ["ref-init-xavier", "two"],
+    ]  # fmt: skip
+    judged = state["looks"][0]["judged"]["Pendulum-v1"]["final_return"]["decisions"]
+    assert set(judged) == {"two", "ref-init-xavier", "ref-alpha_loss-alpha", "ref-alpha_loss-alpha vs two",
+                           "ref-init-xavier vs two"}  # fmt: skip
     report.build_report(out, tmp_path / "report")
     rows = read_rows(tmp_path / "report" / "attribution.csv")
     assert {r["n_pairs"] for r in rows} == {"3"} and len(rows) == 4
-    # the looks chose the seeds by judging against the reference: the table says its level does not hold
+    for r in rows:  # every row is the look's decision of that comparison
+        key = r["variant"] if r["against"] == "reference" else f"{r['variant']} vs {r['against']}"
+        assert float(r["estimate"]) == pytest.approx(judged[key]["difference"])
+        assert float(r["ci_low"]) == pytest.approx(judged[key]["low"]) and r["family_size"] == "5"
     said = (tmp_path / "report" / "attribution.md").read_text()
-    assert "chosen by a sequential grid's looks" in said and "does not hold" in said
-    assert "chosen by a sequential grid" in (tmp_path / "report" / "index.html").read_text()
+    assert "Verdicts, intervals and seeds are the sequential grid's" in said and "does not hold" not in said
+    assert "ref-init-xavier vs two" in (tmp_path / "report" / "index.html").read_text()

@@ -312,3 +312,48 @@ def test_judge_looks_stops_at_the_last_look_the_seeds_cover() -> None:
     looks = sq.judge_looks(scores, "reference", sq.SequentialDesign(look_every=5, max_seeds=20))
     assert [look.index for look in looks] == [1, 2]
     assert looks[-1].decisions["noisy"].seeds == 10 and looks[-1].decisions["noisy"].look == 2
+
+
+# --- comparisons with another variant than the reference (an ablation's) --------------------------
+
+
+def test_a_comparison_with_another_variant_is_judged_on_their_per_seed_differences() -> None:
+    rng = np.random.default_rng(0)
+    reference = {s: float(rng.normal()) for s in range(10)}
+    scores = {
+        "reference": reference,
+        "variant": {s: reference[s] + 1.0 + 0.01 * float(rng.normal()) for s in range(10)},
+        "less": {s: reference[s] + 0.001 * float(rng.normal()) for s in range(10)},
+    }
+    compared = [("variant", "reference"), ("less", "reference"), ("less", "variant")]
+    design = sq.SequentialDesign(look_every=5, max_seeds=10)
+    look = sq.decide_look(scores, "reference", 1, design, compared=compared)
+    assert list(look.decisions) == ["variant", "less", "less vs variant"]
+    assert look.decisions["variant"].verdict == sq.BETTER
+    assert look.decisions["less"].verdict == sq.EQUIVALENT
+    needed = look.decisions["less vs variant"]
+    d = np.array([scores["less"][s] - scores["variant"][s] for s in range(5)])
+    assert needed.variant == "less" and needed.verdict == sq.WORSE
+    assert needed.difference == pytest.approx(d.mean())
+    # the paired rule's interval on those differences, at the look's critical value (Bonferroni over 3)
+    half = (needed.high - needed.low) / 2
+    critical = half / (d.std(ddof=1) / np.sqrt(5))
+    assert critical == pytest.approx(look.state["critical_t"][0])
+    with pytest.raises(ValueError, match="no scores of ghost"):
+        sq.decide_look(scores, "reference", 1, design, compared=[("less", "ghost")])
+    with pytest.raises(ValueError, match="adastop rule compares every variant with the reference only"):
+        sq.decide_look(scores, "reference", 1, sq.SequentialDesign(rule="adastop", look_every=5, max_seeds=10),
+                       compared=compared)  # fmt: skip
+
+
+def test_a_decided_variant_gets_seeds_while_a_comparison_with_it_is_open() -> None:
+    rng = np.random.default_rng(1)
+    reference = {s: float(rng.normal()) for s in range(15)}
+    variant = {s: reference[s] + 3.0 + 0.01 * float(rng.normal()) for s in range(15)}  # decided at look 1
+    noisy = {s: variant[s] + 2.0 * float(rng.normal()) for s in range(15)}  # open against variant
+    scores = {"reference": reference, "variant": variant, "noisy": noisy}
+    compared = [("variant", "reference"), ("noisy", "variant")]
+    looks = sq.judge_looks(scores, "reference", sq.SequentialDesign(look_every=5, max_seeds=15), compared)
+    assert looks[0].decisions["variant"].verdict == sq.BETTER and looks[0].decisions["variant"].seeds == 5
+    assert looks[-1].index == 3 and looks[-1].decisions["noisy vs variant"].seeds == 15
+    assert sq.seeds_needed_by([("noisy", "variant")]) == ["variant", "noisy"]  # not the reference

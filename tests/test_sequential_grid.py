@@ -269,7 +269,10 @@ def test_the_report_shows_each_comparison_and_when_it_was_decided(tmp_path, monk
     assert "better, decided at look 2, 4 seeds" in page
     assert page.index("Sequential verdicts") < page.index("Verdicts: each variant vs")
     table = (tmp_path / "report/looks.csv").read_text().splitlines()
-    assert table[0] == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note,stopped,predictive_power"
+    assert (
+        table[0]
+        == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note,against,stopped,predictive_power"
+    )
     assert len(table) == 1 + 3 * 2  # three comparisons, two metrics
 
 
@@ -421,9 +424,9 @@ def test_over_two_envs_each_env_is_judged_at_half_the_alpha(tmp_path, monkeypatc
     seen: list[float] = []
     decide = sequential.decide_look
 
-    def spy(scores, reference, look_index, design, previous=None):
+    def spy(scores, reference, look_index, design, previous=None, compared=None):
         seen.append(design.alpha)
-        return decide(scores, reference, look_index, design, previous)
+        return decide(scores, reference, look_index, design, previous, compared)
 
     monkeypatch.setattr(sequential, "decide_look", spy)
     monkeypatch.setattr(grid, "execute", FakeTraining())
@@ -514,3 +517,24 @@ def test_futility_stops_giving_seeds_to_a_hopeless_variant_and_a_rerun_without_i
     assert {v for v, _ in more.trained} == {"reference", "naive-tanh"} and max(s for _, s in more.trained) >= 3
     assert resumed.design["futility"] is None and resumed.end in (looks.END_DECIDED, looks.END_MAXIMUM)
     assert not any(c.stopped for c in looks.comparisons(resumed) if c.variant == "naive-tanh")
+
+
+def test_a_grid_judges_the_comparisons_it_is_given_and_trains_both_sides(tmp_path, monkeypatch):
+    # joint-update is 0.5 above the reference; naive-tanh within 0.002 of the reference, so 0.5 below
+    # joint-update: compared with joint-update, naive-tanh is worse.
+    monkeypatch.setattr(grid, "execute", FakeTraining())
+    compared = [("joint-update", "reference"), ("naive-tanh", "joint-update")]
+    grid_request = request(tmp_path, variants=("reference", "naive-tanh", "joint-update"))
+    state = sequential_grid.run_until_decided(
+        grid_request, DESIGN, "reference", 1, log=lambda line: None, compared=compared
+    )
+    assert state.design["compared"] == [["joint-update", "reference"], ["naive-tanh", "joint-update"]]
+    found = {(c.variant, c.against, c.metric): c for c in looks.comparisons(state)}
+    assert len(found) == 4  # two comparisons, two metrics: naive-tanh is not compared with the reference
+    for metric in ("final_return", "auc_return"):
+        assert found[("joint-update", "reference", metric)].verdict == "better"
+        worse = found[("naive-tanh", "joint-update", metric)]
+        assert worse.verdict == "worse" and worse.difference == pytest.approx(-0.5, abs=0.02)
+    assert "  Pendulum-v1 naive-tanh vs joint-update, final_return: worse" in "\n".join(looks.summary_lines(state))
+    with pytest.raises(sequential_grid.SequentialGridError, match="compares ghost, which the grid does not train"):
+        sequential_grid.check_request(grid_request, DESIGN, "reference", [("naive-tanh", "ghost")])

@@ -101,10 +101,13 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         grid_request(args, argv)  # every refusal of run's, before anything is written
         if not args.dry_run:
             args.variants_file = str(_prepare(out, ends, command)[1])
-        if copy_ends:
+        if args.until_decided:
             from .sequential import cmd_run_until_decided
 
-            return cmd_run_until_decided(args, argv, copy_from=ends_from, copied=list(ends))
+            copied = list(ends) if copy_ends else []
+            return cmd_run_until_decided(
+                args, argv, copy_from=ends_from, copied=copied, compared=_compared(Path(args.variants_file).parent)
+            )
         report = not args.no_report
         args.no_report = args.no_report or ends_from is not None  # its report reads two folders: made below
         code = cmd_run(args, argv)
@@ -112,6 +115,23 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         targets, randoms = score_anchors(args)
         cmd_report(out, None, targets, randoms, more_results=[ends_from], variants=[args.variant, *ablated])
     return code
+
+
+def _compared(folder: Path) -> list[tuple[str, str]]:
+    """The comparisons a sequential ablation grid judges, from the manifest in `folder`: the variant
+    against the reference, each variant that adds a difference against the reference (on its own?),
+    each that removes one against the variant (needed?): the attribution's own rows, so the looks give
+    seeds to what the attribution asks. One that is an end (the variant less its one difference is the
+    reference) is the ends' comparison already."""
+    manifest = ablation.read_manifest(folder)
+    if manifest is None:
+        return []
+    reference, variant = manifest.reference_name, manifest.variant_name
+    pairs = [(variant, reference)]
+    for (role, _), name in manifest.names.items():
+        if name != reference:
+            pairs.append((name, reference if role == "added" else variant))
+    return list(dict.fromkeys(pairs))
 
 
 def _prepare(out: Path, ends: dict, command: str, files_dir: Path | None = None) -> tuple[list[str], Path]:

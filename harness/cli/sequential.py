@@ -23,12 +23,17 @@ if TYPE_CHECKING:
 
 
 def cmd_run_until_decided(
-    args: argparse.Namespace, argv: Sequence[str], copy_from: Path | None = None, copied: Sequence[str] = ()
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    copy_from: Path | None = None,
+    copied: Sequence[str] = (),
+    compared: Sequence[tuple[str, str]] | None = None,
 ) -> int:
     """Train and judge the grid of `args` look by look (docs/protocol.md, Sequential grids); 0, or 1
     with --strict when a run failed or diverged. `copy_from`: a results folder whose finished runs of
     the variants `copied` (same configuration, `grid.plan` checks it) are copied into --out before the
-    first look instead of trained (`harness ablate --ends-from`)."""
+    first look instead of trained (`harness ablate --ends-from`). `compared`: the comparisons, (variant,
+    compared with) pairs, where not every variant against the reference (`harness ablate`'s rows)."""
     from .. import sequential_grid
     from ..judging import looks, sequential
     from ..judging.stats import REFERENCE_NAME
@@ -50,14 +55,14 @@ def cmd_run_until_decided(
         request, (targets, randoms) = grid_request(args, argv)
         cuda = request.device == "cuda"
         request = dataclasses.replace(request, members=args.members or (design.look_every if cuda else 1))
-        sequential_grid.check_request(request, design, REFERENCE_NAME)
+        sequential_grid.check_request(request, design, REFERENCE_NAME, compared)
         found = _copies(copy_from, Path(request.out), request.envs, copied, design.max_seeds)
         if found:
             _check_same_configuration(copy_from, request, copied, design.max_seeds)
         if args.dry_run:
             if found:
                 print(f"would copy {_copy_summary(found)} from {copy_from}, not train them")
-            print(sequential_grid.dry_run_text(request, design, REFERENCE_NAME, copied=found))
+            print(sequential_grid.dry_run_text(request, design, REFERENCE_NAME, copied=found, compared=compared))
             return 0
         out = request.out
         done = [run for run in found if records.copy_run(copy_from, out, *run)]
@@ -66,7 +71,13 @@ def cmd_run_until_decided(
         live = live_report(args, out, targets, randoms)
         deadline = stop_deadline(args)
         state = sequential_grid.run_until_decided(
-            request, design, REFERENCE_NAME, 1 if cuda else args.workers, deadline=deadline, on_finished=live
+            request,
+            design,
+            REFERENCE_NAME,
+            1 if cuda else args.workers,
+            deadline=deadline,
+            on_finished=live,
+            compared=compared,
         )
     except (sequential_grid.SequentialGridError, grid.ConfigConflict) as exc:
         raise UsageError(str(exc)) from None

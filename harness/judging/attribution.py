@@ -167,7 +167,7 @@ def _interval_text(row: pd.Series) -> str:
     if row["estimate"] != row["estimate"]:
         return ""
     text = f"{row['estimate']:+.3g} [{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]"
-    if row["verdict"] == inference.NO_DIFFERENCE:
+    if row["verdict"] == inference.NO_DIFFERENCE and row["mdd"] == row["mdd"]:
         text += f"; could miss up to {row['mdd']:.3g}"
     return text
 
@@ -179,19 +179,59 @@ def _seeds_text(row: pd.Series) -> str:
 
 
 SEQUENTIAL_CAVEAT = (
-    "These runs' seed counts were chosen by a sequential grid's looks, which judge each variant against "
+    "These runs' seed counts were chosen by a sequential grid's looks, which judged each variant against "
     "{reference}, not these comparisons, so the family's stated level does not hold for them; a fixed "
     "--seeds grid gives a table at its level."
 )
+FROM_LOOKS = (
+    "Verdicts, intervals and seeds are the sequential grid's (its looks judged these comparisons and the "
+    "variant against {reference}, looks.csv): family-wise error 5% per metric over all its looks and "
+    "comparisons; an open row's interval says how large a difference its seeds leave possible."
+)
+
+
+def from_looks(table: pd.DataFrame, state: looks.Looks) -> tuple[pd.DataFrame, bool]:
+    """`table` with every row a sequential grid's looks judged (same env, variant and compared variant,
+    on `METRIC`) taken from them: verdict, estimate and interval, seeds; mdd NaN, level NaN, family_size
+    the looks' comparisons. Returns the table and whether every row with runs came from the looks."""
+    judged = {(c.env, c.variant, c.against): c for c in looks.comparisons(state) if c.metric == METRIC}
+    out = table.copy()
+    every = True
+    for i, row in out.iterrows():
+        c = judged.get((row["env"], row["variant"], row["against"]))
+        if c is None:
+            every = every and row["verdict"] == NOT_RUN
+            continue
+        verdict = inference.NO_DIFFERENCE if c.verdict == "open" else c.verdict
+        reading = READINGS.get((row["role"], verdict), "open")
+        values = (verdict, reading, c.difference, c.low, c.high, math.nan, True, c.seeds, len(state.compared), math.nan)
+        columns = ["verdict", "reading", "estimate", "ci_low", "ci_high", "mdd", "paired", "n_pairs"]
+        out.loc[i, [*columns, "family_size", "level"]] = values
+    return out, every
 
 
 def section_html(
-    table: pd.DataFrame, manifest: ablation.Manifest, classes: Mapping[str, str], sequential: bool = False
+    table: pd.DataFrame,
+    manifest: ablation.Manifest,
+    classes: Mapping[str, str],
+    sequential: bool = False,
+    judged: bool = False,
 ) -> str:
     """The report's attribution section: one table per env. `classes`: {verdict: CSS class}. `sequential`:
-    the runs came from a sequential grid (`SEQUENTIAL_CAVEAT` is said)."""
+    the runs came from a sequential grid; `judged`: its looks judged every row (`from_looks`: `FROM_LOOKS`
+    is said), else `SEQUENTIAL_CAVEAT`."""
     reference, variant = manifest.reference_name, manifest.variant_name
     family = int(table["family_size"].max()) if not table.empty else 0
+    if judged:
+        family_text = esc(FROM_LOOKS.format(reference=reference)) + " "
+    elif family:
+        family_text = (
+            f"the {family} comparisons of this table, Bonferroni at level 1 - 0.05/{family} each, so the chance "
+            "that any row says better or worse when nothing differs is at most 5% (a family of its own beside "
+            "the verdict table). "
+        )
+    else:
+        family_text = f"none yet: no row has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a verdict needs. "
     out = [
         f"<h2>Attribution: which of <code>{esc(variant)}</code>'s differences from <code>{esc(reference)}</code> "
         "matter</h2>",
@@ -200,16 +240,10 @@ def section_html(
         f"{esc(reference)}; <em>needed</em>, {esc(variant)} with it removed against {esc(variant)} (worse there "
         "means the variant needs it). Estimate: the mean per-seed difference with its simultaneous interval, "
         "in normalized score where the env has constants. <strong>Family:</strong> "
-        + (
-            f"the {family} comparisons of this table, Bonferroni at level 1 - 0.05/{family} each, so the chance "
-            "that any row says better or worse when nothing differs is at most 5% (a family of its own beside "
-            "the verdict table). "
-            if family
-            else f"none yet: no row has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that a verdict needs. "
-        )
+        + family_text
         + 'Table: <a href="attribution.csv">attribution.csv</a>.</p>',
     ]
-    if sequential:
+    if sequential and not judged:
         out.append(f'<p class="warn">{esc(SEQUENTIAL_CAVEAT.format(reference=reference))}</p>')
     header = ("difference", "question", "compared", "verdict", "estimate [interval]", "seeds", "reading")
     for env, rows in table.groupby("env", sort=False):
@@ -231,10 +265,15 @@ def section_html(
     return "\n".join(out) + "\n"
 
 
-def markdown_table(table: pd.DataFrame, manifest: ablation.Manifest, sequential: bool = False) -> str:
-    """The attribution as Markdown, one table per env, for a README (`sequential`: as `section_html`)."""
+def markdown_table(
+    table: pd.DataFrame, manifest: ablation.Manifest, sequential: bool = False, judged: bool = False
+) -> str:
+    """The attribution as Markdown, one table per env, for a README (`sequential`, `judged`: as
+    `section_html`)."""
     lines = [f"Attribution of {manifest.variant_name} against {manifest.reference_name} (final return):", ""]
-    if sequential:
+    if judged:
+        lines += [FROM_LOOKS.format(reference=manifest.reference_name), ""]
+    elif sequential:
         lines += [SEQUENTIAL_CAVEAT.format(reference=manifest.reference_name), ""]
     for env, rows in table.groupby("env", sort=False):
         lines += [
@@ -278,7 +317,26 @@ def for_report(
     if manifest is None:
         return None
     table = attribution_table(manifest, runs, configs, scores)
-    sequential = any(looks.looks_path(Path(source)).exists() for source in sources)
+    state = _looks_of(sources)
+    sequential = state is not None or any(looks.looks_path(Path(source)).exists() for source in sources)
+    judged = False
+    if state is not None:
+        table, judged = from_looks(table, state)
     return Attribution(
-        table, section_html(table, manifest, classes, sequential), markdown_table(table, manifest, sequential)
+        table,
+        section_html(table, manifest, classes, sequential, judged),
+        markdown_table(table, manifest, sequential, judged),
     )
+
+
+def _looks_of(sources: Sequence[Path]) -> looks.Looks | None:
+    """The looks recorded in the first of `sources` holding looks.json, None where none does or it cannot
+    be read (the report's sequential section says why)."""
+    for source in sources:
+        try:
+            state = looks.read_looks(Path(source))
+        except looks.LooksError:
+            return None
+        if state is not None:
+            return state
+    return None

@@ -6,7 +6,8 @@ open comparison (a variant against the reference, per env and metric) with a rul
 that a killed grid resumes to the same decisions and `harness status` / `harness report` say which
 comparison was decided when ("worse, decided at look 1, 2 seeds"; "open at the maximum, 6 seeds"):
 
-    {"design": {SequentialDesign fields, "reference": str, "metrics": [str], "envs": [str], "variants": [str]},
+    {"design": {SequentialDesign fields, "reference": str, "metrics": [str], "envs": [str], "variants": [str],
+                "compared": [[variant, compared with], ...]},  # only where not every variant against the reference
      "looks": [{"look": 1,
                 "seeds": {env: {variant: n}},           # seeds 0..n-1 each variant had when judged
                 "judged": {env: {metric: Look.to_dict()}},  # the rule's state after this look
@@ -91,6 +92,14 @@ class Looks:
     def reference(self) -> str:
         return str(self.design["reference"])
 
+    @property
+    def compared(self) -> list[tuple[str, str]]:
+        """The comparisons, (variant, the variant it is compared with) pairs: the design's "compared"
+        where it records one (an ablation's), else every variant against the reference."""
+        if "compared" in self.design:
+            return [(str(v), str(a)) for v, a in self.design["compared"]]
+        return sequential.default_comparisons(self.design["variants"], self.reference)
+
     def seeds_given(self, env: str) -> dict[str, int]:
         """variant -> seeds 0..n-1 it had in `env` by the last look ({} before the first)."""
         return dict(self.looks[-1].seeds.get(env, {})) if self.looks else {}
@@ -111,20 +120,33 @@ class Comparison:
     look: int  # the look that decided it (the latest look while open; 0 before the first)
     basis: str  # RULE or FAILURE
     note: str  # the failure, for FAILURE
+    against: str  # the variant it is compared with: the reference, or another (`Looks.compared`)
     stopped: bool = False  # open and stopped for futility at `look` (sequential.Decision.stopped)
     predictive_power: float | None = None  # judged open before the last look, with a threshold
 
 
 def design_record(
-    design: sequential.SequentialDesign, reference: str, envs: Sequence[str], variants: Sequence[str]
+    design: sequential.SequentialDesign,
+    reference: str,
+    envs: Sequence[str],
+    variants: Sequence[str],
+    compared: Sequence[tuple[str, str]] | None = None,
 ) -> dict:
-    """The design as looks.json records it: the rule's fields, the reference, the metrics, envs and variants."""
-    return design.to_dict() | {
-        "reference": reference,
-        "metrics": list(stats.RETURN_METRICS),
-        "envs": list(envs),
-        "variants": [v for v in variants if v != reference],
-    }
+    """The design as looks.json records it: the rule's fields, the reference, the metrics, envs and
+    variants, and `compared` ((variant, compared with) pairs) where it is not every variant against the
+    reference."""
+    default = sequential.default_comparisons(variants, reference)
+    pairs = [list(pair) for pair in compared] if compared is not None and list(compared) != default else []
+    return (
+        design.to_dict()
+        | {
+            "reference": reference,
+            "metrics": list(stats.RETURN_METRICS),
+            "envs": list(envs),
+            "variants": [v for v in variants if v != reference],
+        }
+        | ({"compared": pairs} if pairs else {})
+    )
 
 
 def design_difference(recorded: Mapping, asked: Mapping) -> str | None:
@@ -233,23 +255,26 @@ def read_looks(results: Path) -> Looks | None:
 
 def open_variants(state: Looks) -> dict[str, list[str]]:
     """env -> the variants that get the next look's seeds: those with a comparison still open there and
-    not stopped for futility while the design has a threshold (every one before the first look), then the
-    reference while any is open. Envs with none are left out."""
+    not stopped for futility while the design has a threshold (every one before the first look), and the
+    variants they are compared with (the reference, or `Looks.compared`'s). Envs with none are left out."""
     futility = state.rule_design.futility is not None  # turned off on a resumed grid: the stopped go on
     latest = {
-        (c.env, c.variant) for c in comparisons(state) if c.verdict == sequential.OPEN and not (futility and c.stopped)
+        (c.env, c.variant, c.against)
+        for c in comparisons(state)
+        if c.verdict == sequential.OPEN and not (futility and c.stopped)
     }
     out: dict[str, list[str]] = {}
     for env in state.design["envs"]:
-        still = [v for v in state.design["variants"] if not state.looks or (env, v) in latest]
-        if still:
-            out[env] = [state.reference, *still]
+        going = [(v, a) for v, a in state.compared if not state.looks or (env, v, a) in latest]
+        if going:
+            out[env] = sequential.seeds_needed_by(going)
     return out
 
 
 def recurring_failure(runs: pd.DataFrame, env: str, variant: str, reference: str, n: int) -> str | None:
     """The shared failure of `variant`'s runs of seeds 0..n-1 in `env` when every one of them (n >= 2) failed
-    with the same error at the same step and the reference's runs did not; else None.
+    with the same error at the same step and the runs of `reference` (what it is compared with) did not;
+    else None.
 
     runs: `loading.RUN_COLUMNS` rows (state, reason)."""
     mine = runs[(runs["env"] == env) & (runs["variant"] == variant) & (runs["seed"] < n)]
@@ -304,16 +329,18 @@ def judge_look(state: Looks, data: RunRecords, seeds: Mapping[str, Mapping[str, 
                 if reason:
                     closed[variant] = FailureClosure(look, trained[variant], reason)
             given = {v: n for v, n in all_seeds[env].items() if v not in closed}
+            # a comparison with a variant closed by failure: judged no further
+            compared = [(v, a) for v, a in state.compared if v in given and a in given]
             for metric in state.design["metrics"]:
                 scores = look_scores(runs, env, metric, given, design.margin is not None)
                 missing = [v for v, n in given.items() if len(scores[v]) < n]
                 if missing:
                     raise LooksError(f"look {look}: {env} {', '.join(missing)} lack scored runs of their seeds")
-                if len(scores) < 2:
+                if not compared:
                     continue  # every comparison in env closed by failure: nothing for the rule
                 try:
                     judged.setdefault(env, {})[metric] = sequential.decide_look(
-                        scores, reference, look, design, judged.get(env, {}).get(metric)
+                        scores, reference, look, design, judged.get(env, {}).get(metric), compared
                     )
                 except ValueError as exc:
                     raise LooksError(f"look {look}: {env} {metric}: {exc}") from None
@@ -324,17 +351,18 @@ def judge_look(state: Looks, data: RunRecords, seeds: Mapping[str, Mapping[str, 
 
 
 def comparisons(state: Looks) -> list[Comparison]:
-    """Every comparison of the design after the last look, in design order (env, variant, metric)."""
+    """Every comparison of the design after the last look, in design order (env, comparison, metric)."""
     last = state.looks[-1] if state.looks else LookRecord(0, {}, {}, {})
     out = []
     for env in state.design["envs"]:
-        for variant in state.design["variants"]:
+        for variant, other in state.compared:
             closure = last.failures.get(env, {}).get(variant)
+            key = sequential.comparison_key(variant, other, state.reference)
             for metric in state.design["metrics"]:
                 rule_look = last.judged.get(env, {}).get(metric)
-                decision = rule_look.decisions.get(variant) if rule_look else None
+                decision = rule_look.decisions.get(key) if rule_look else None
                 if closure is not None:
-                    row = (sequential.WORSE, nan, nan, nan, closure.seeds, closure.look, FAILURE, closure.reason)
+                    row = (sequential.WORSE, nan, nan, nan, closure.seeds, closure.look, FAILURE, closure.reason, other)
                 elif decision is not None:
                     row = (
                         decision.verdict,
@@ -345,11 +373,12 @@ def comparisons(state: Looks) -> list[Comparison]:
                         decision.look,
                         RULE,
                         "",
+                        other,
                         decision.stopped,
                         decision.predictive_power,
                     )
                 else:
-                    row = (sequential.OPEN, nan, nan, nan, 0, last.look, RULE, "")
+                    row = (sequential.OPEN, nan, nan, nan, 0, last.look, RULE, "", other)
                 out.append(Comparison(env, variant, metric, *row))
     return out
 
@@ -407,7 +436,7 @@ def summary_lines(state: Looks) -> list[str]:
         + f"; {where}"
     ]
     for c in comparisons(state):
-        lines.append(f"  {c.env} {c.variant} vs {state.reference}, {c.metric}: {comparison_text(c, state)}")
+        lines.append(f"  {c.env} {c.variant} vs {c.against}, {c.metric}: {comparison_text(c, state)}")
     return lines
 
 

@@ -257,7 +257,7 @@ def _looks_section(results: Path, reference: str, out_dir: Path, written: list[P
     rows = [
         (
             c.env,
-            c.variant,
+            c.variant if c.against == state.reference else f"{c.variant} vs {c.against}",
             c.metric,
             f'<td class="{VERDICT_CLASSES.get(c.verdict, "other")}">{esc(c.verdict)}</td>',
             looks.comparison_text(c, state),

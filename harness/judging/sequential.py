@@ -2,7 +2,8 @@
 
 A sequential design (`SequentialDesign`) plans looks at K, 2K, ... seeds up to N (`max_seeds`); look j
 (1-based) judges the seeds 0 .. n_j - 1 of every comparison still open, n_j = min(j K, N). Each
-comparison is one variant against the reference on one metric and environment. A rule (`RULES`, by name)
+comparison is one variant against the reference on one metric and environment (or, as an ablation asks,
+against another variant: `decide_look`'s `compared`). A rule (`RULES`, by name)
 turns the scores seen so far into a `Look`: per comparison a `Decision` (better / worse / equivalent /
 open), with the look and seed count at which it was reached. A decision once reached stays; a variant
 whose comparisons are all decided needs no more seeds, and the reference runs while any is open.
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -151,7 +152,7 @@ class SequentialDesign:
 
 @dataclass(frozen=True)
 class Decision:
-    """One comparison (variant against the reference) after a look.
+    """One comparison (`variant` against the reference, or another variant) after a look.
 
     verdict: one of `VERDICTS`. difference: mean of the per-seed differences (adastop: difference of
     means). low, high: the simultaneous interval (NaN where the rule gives none). seeds: seeds it was
@@ -193,7 +194,8 @@ class Decision:
 class Look:
     """The state of a sequential grid on one metric and environment after look `index` (1-based).
 
-    decisions: `{variant: Decision}` for every variant but the reference. state: what the rule carries
+    decisions: `{comparison_key: Decision}` for every comparison (the key of a variant against the
+    reference is its name: every variant but the reference, by default). state: what the rule carries
     to the next look (JSON-able; the paired rule: the critical values spent so far).
     """
 
@@ -204,8 +206,8 @@ class Look:
     state: dict = field(default_factory=dict)
 
     def open_variants(self) -> list[str]:
-        """The variants with a comparison still open and not stopped for futility: they get the next
-        look's seeds."""
+        """The keys of the comparisons still open and not stopped for futility (by default the variants'
+        names): their variants get the next look's seeds."""
         return [v for v, d in self.decisions.items() if not d.decided and not d.stopped]
 
     @property
@@ -239,50 +241,84 @@ def decide_look(
     look_index: int,
     design: SequentialDesign,
     previous: Look | None = None,
+    compared: Sequence[tuple[str, str]] | None = None,
 ) -> Look:
     """Judge look `look_index` (1-based) of `design` with its rule.
 
     scores: `{variant: {seed: score}}` of one metric and environment, the reference included; each
     comparison is judged on the seeds below `design.seeds_at(look_index)` that both sides have.
     previous: the look before (None at look 1, or at any look of a rule in REPLAYING_RULES); its
-    decisions stand and its state is carried on.
-    Raises ValueError on a look out of order or a reference without scores.
+    decisions stand and its state is carried on. compared: the comparisons, (variant, the variant it is
+    compared with) pairs (`default_comparisons`: every variant against the reference); an ablation also
+    compares the variant less one difference with the variant. Decisions are keyed by `comparison_key`.
+    Raises ValueError on a look out of order, a reference without scores, or a compared name without
+    scores.
     """
     expected = 1 if previous is None else previous.index + 1
     if look_index != expected and not (previous is None and design.rule in REPLAYING_RULES):
         raise ValueError(f"look {look_index} follows look {expected - 1}; judge the looks in order")
     if reference not in scores or not scores[reference]:
         raise ValueError(f"no scores of the reference {reference!r}")
+    pairs = list(compared) if compared is not None else default_comparisons(scores, reference)
+    unknown = sorted({name for pair in pairs for name in pair if name not in scores})
+    if unknown:
+        raise ValueError(f"no scores of {', '.join(unknown)}, which a comparison needs")
     for variant, by_seed in scores.items():
         bad = [s for s, v in by_seed.items() if not math.isfinite(v)]
         if bad:
             raise ValueError(f"{variant} has non-finite scores at seeds {bad} (score failed runs first)")
-    return RULES[design.rule](scores, reference, look_index, design, previous)
+    return RULES[design.rule](scores, reference, look_index, design, previous, pairs)
 
 
-def judge_looks(scores: Mapping[str, Mapping[int, float]], reference: str, design: SequentialDesign) -> list[Look]:
+def default_comparisons(names: Iterable[str], reference: str) -> list[tuple[str, str]]:
+    """Every name but the reference, compared with the reference."""
+    return [(v, reference) for v in names if v != reference]
+
+
+def comparison_key(variant: str, other: str, reference: str) -> str:
+    """A comparison's key among a look's decisions: the variant's name where it is compared with the
+    reference (every grid's comparisons, and so every looks.json written before others existed), else
+    'variant vs other'."""
+    return variant if other == reference else f"{variant} vs {other}"
+
+
+def judge_looks(
+    scores: Mapping[str, Mapping[int, float]],
+    reference: str,
+    design: SequentialDesign,
+    compared: Sequence[tuple[str, str]] | None = None,
+) -> list[Look]:
     """The looks a grid of `design` would judge on `scores` that hold every seed already (a study's draws,
     a committed campaign replayed), until the grid would stop: look after look while any comparison is
-    open, each variant shown the seeds a grid would have given it (none past the look at which every
-    comparison of its was decided or stopped for futility). Looks stop at the last one whose seeds the
+    open, each variant shown the seeds a grid would have given it (`seeds_needed_by`: none past the
+    look after which no open comparison needed it). Looks stop at the last one whose seeds the
     reference has (a campaign of 10 seeds replayed to a plan of 20: looks at 5 and 10), since a look's
-    critical value holds for its own seed count only. A replaying rule: its last look alone, which holds
-    every decision and the seeds it was reached at."""
+    critical value holds for its own seed count only. `compared`: as `decide_look`. A replaying rule: its
+    last look alone, which holds every decision and the seeds it was reached at."""
+    pairs = list(compared) if compared is not None else default_comparisons(scores, reference)
     if design.rule in REPLAYING_RULES:
-        return [decide_look(scores, reference, design.looks, design)]
+        return [decide_look(scores, reference, design.looks, design, compared=pairs)]
     looks: list[Look] = []
     shown = {v: math.inf for v in scores}  # a variant's seeds stop where the grid stopped giving it more
     for index in range(1, design.looks + 1):
         if looks and len(scores[reference]) < design.seeds_at(index):
             break
         table = {v: {s: x for s, x in by.items() if s < shown[v]} for v, by in scores.items()}
-        looks.append(decide_look(table, reference, index, design, looks[-1] if looks else None))
+        looks.append(decide_look(table, reference, index, design, looks[-1] if looks else None, pairs))
         if looks[-1].finished:
             break
-        for v, decision in looks[-1].decisions.items():
-            if decision.stopped:
+        going = set(looks[-1].open_variants())
+        needed = seeds_needed_by([pair for pair in pairs if comparison_key(*pair, reference) in going])
+        for v in scores:
+            if v not in needed:
                 shown[v] = min(shown[v], design.seeds_at(index))
     return looks
+
+
+def seeds_needed_by(going: Iterable[tuple[str, str]]) -> list[str]:
+    """The variants that get the next look's seeds while the comparisons `going` ((variant, compared
+    with) pairs) are open: both sides of each, the one compared with first, once each."""
+    return list(dict.fromkeys(name for variant, other in going for name in (other, variant)))
 
 
 def _seeds_below(scores: Mapping[int, float], limit: int) -> list[int]:
@@ -466,8 +502,10 @@ def paired_rule(
     look_index: int,
     design: SequentialDesign,
     previous: Look | None,
+    compared: Sequence[tuple[str, str]],
 ) -> Look:
-    """The paired rule of the module doc.
+    """The paired rule of the module doc, over the comparisons `compared` ((variant, compared with)
+    pairs; the per-seed differences of each are variant - compared with).
 
     The boundary is fixed at the first look, for the plan's every look: the comparisons' correlation
     is estimated from the first look's per-seed differences (the seeds every comparison has), and the
@@ -476,28 +514,31 @@ def paired_rule(
     stored before the boundary was studentized, with 'critical' on the normal scale, is recomputed).
     """
     limit = design.seeds_at(look_index)
-    variants = [v for v in scores if v != reference]
-    decisions = _carried(previous, variants)
-    ref_seeds = set(_seeds_below(scores[reference], limit))
-    pairs = {v: sorted(ref_seeds & set(_seeds_below(scores[v], limit))) for v in variants}
+    sides = {comparison_key(v, other, reference): (v, other) for v, other in compared}
+    keys = list(sides)
+    decisions = _carried(previous, keys)
+    pairs = {
+        k: sorted(set(_seeds_below(scores[v], limit)) & set(_seeds_below(scores[other], limit)))
+        for k, (v, other) in sides.items()
+    }
     state = dict(previous.state) if previous is not None and "critical_t" in previous.state else {}
     if not state:
-        shared = sorted(set.intersection(ref_seeds, *(set(p) for p in pairs.values()))) if variants else []
-        columns = np.array([[scores[v][s] - scores[reference][s] for v in variants] for s in shared])
-        correlation = difference_correlation(columns.reshape(len(shared), len(variants))) if variants else np.eye(1)
+        shared = sorted(set.intersection(*(set(p) for p in pairs.values()))) if keys else []
+        columns = np.array([[scores[v][s] - scores[other][s] for v, other in sides.values()] for s in shared])
+        correlation = difference_correlation(columns.reshape(len(shared), len(keys))) if keys else np.eye(1)
         looks = [design.seeds_at(i) for i in range(1, design.looks + 1)]
         critical = MULTIPLICITY[design.multiplicity](looks, correlation, design)
         state = {"critical_t": [float(c) for c in critical], "correlation": correlation.tolist()}
     critical_now, critical_last = float(state["critical_t"][look_index - 1]), float(state["critical_t"][-1])
-    for v in variants:
-        if v in decisions:
+    for k, (v, other) in sides.items():
+        if k in decisions:
             continue
-        stopped = previous.decisions.get(v) if previous is not None else None
-        if stopped is not None and stopped.stopped and len(pairs[v]) <= stopped.seeds:
-            decisions[v] = stopped  # stopped for futility and given no seeds since: it stands as it was
+        stopped = previous.decisions.get(k) if previous is not None else None
+        if stopped is not None and stopped.stopped and len(pairs[k]) <= stopped.seeds:
+            decisions[k] = stopped  # stopped for futility and given no seeds since: it stands as it was
             continue
-        decisions[v] = _judge_pair(
-            v, scores[v], scores[reference], pairs[v], (critical_now, critical_last), look_index, design
+        decisions[k] = _judge_pair(
+            v, scores[v], scores[other], pairs[k], (critical_now, critical_last), look_index, design
         )
     return Look(look_index, reference, design, decisions, state)
 
@@ -594,6 +635,7 @@ def adastop_rule(
     look_index: int,
     design: SequentialDesign,
     previous: Look | None,
+    compared: Sequence[tuple[str, str]],
 ) -> Look:
     """AdaStop over the comparisons against the reference, replayed from look 1 (the package keeps its
     permutation state in memory; a replay from a fixed seed gives a resumed grid the same decisions).
@@ -605,6 +647,9 @@ def adastop_rule(
     state: {} (nothing carried).
     """
     from adastop import MultipleAgentsComparator  # imported here: only this rule needs it
+
+    if list(compared) != default_comparisons(scores, reference):
+        raise ValueError("the adastop rule compares every variant with the reference only; use the paired rule")
 
     variants = [v for v in scores if v != reference]
     names = [reference, *variants]
@@ -643,7 +688,9 @@ def _adastop_open(names: Sequence[str], decided_at: Mapping[str, tuple[str, int]
     return [names[0], *(n for n in names[1:] if n not in decided_at)]
 
 
-RuleFunction = Callable[[Mapping[str, Mapping[int, float]], str, int, SequentialDesign, Look | None], Look]
+RuleFunction = Callable[
+    [Mapping[str, Mapping[int, float]], str, int, SequentialDesign, Look | None, Sequence[tuple[str, str]]], Look
+]
 RULES: dict[str, RuleFunction] = {"paired": paired_rule, "adastop": adastop_rule}
 # What the null studies measured of a rule that does not hold its level (docs/statistics.md): a grid
 # that asks for it is told so before it trains.

@@ -78,15 +78,16 @@ def verdict_frame(report_dirs: Sequence[Path], reference: str = stats.REFERENCE_
         if table.empty:
             raise MatrixError(f"{path} holds no comparison against {reference!r}")
         table = table[list(COLUMNS)].assign(rule=FIXED, failed=False, stopped=False)
-        frames.append(_with_looks(Path(folder), table).assign(study=Path(folder).resolve().name))
+        frames.append(_with_looks(Path(folder), table, reference).assign(study=Path(folder).resolve().name))
     if not frames:
         raise MatrixError("no report folder given")
     return pd.concat(frames, ignore_index=True)
 
 
-def _with_looks(folder: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """`table` (one report's rows of `verdict_frame`) with every comparison its looks.csv holds taken
-    from there, where the report has one."""
+def _with_looks(folder: Path, table: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """`table` (one report's rows of `verdict_frame`) with every comparison against `reference` its
+    looks.csv holds taken from there, where the report has one (an ablation's looks also compare some
+    variants with the ablated variant: not a cell of the matrix)."""
     path = folder / "looks.csv"
     if not path.is_file():
         return table
@@ -97,6 +98,8 @@ def _with_looks(folder: Path, table: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in LOOKS_COLUMNS if c not in looks.columns]
     if missing:
         raise MatrixError(f"{path} lacks the column(s) {', '.join(missing)}")
+    if "against" in looks.columns:
+        looks = looks[looks["against"].isna() | (looks["against"] == reference)]
     table = table.reset_index(drop=True)
     for _, look in looks.iterrows():
         at = table.index[
