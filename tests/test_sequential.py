@@ -188,6 +188,12 @@ def test_a_replaying_rule_asked_for_its_last_look_decides_as_look_by_look() -> N
         sq.decide_look(scores, "reference", 2, sq.SequentialDesign(look_every=5, max_seeds=15))
 
 
+def _normal_grid(rng: np.random.Generator, seeds: int, shifts: dict[str, float]) -> dict[str, dict[int, float]]:
+    """`{name: {seed: score}}`: a seed effect every name shares, plus unit normal noise, plus the name's shift."""
+    seed_effect = rng.normal(size=seeds)
+    return {n: {s: float(seed_effect[s] + rng.normal() + d) for s in range(seeds)} for n, d in shifts.items()}
+
+
 def test_paired_rule_holds_its_family_wise_error_on_normal_nulls() -> None:
     # 300 null grids of 3 variants against a reference, looks at 5, 10 and 15 seeds: a spurious better or
     # worse at any look in at most 5% of them (up to Monte Carlo error: 2.5 standard errors, 8.2%).
@@ -195,10 +201,7 @@ def test_paired_rule_holds_its_family_wise_error_on_normal_nulls() -> None:
     design = sq.SequentialDesign(look_every=5, max_seeds=15, boundary_draws=20_000)
     spurious = 0
     for _ in range(300):
-        seed_effect = rng.normal(size=15)
-        scores = {
-            name: {s: float(seed_effect[s] + rng.normal()) for s in range(15)} for name in ("reference", "a", "b", "c")
-        }
+        scores = _normal_grid(rng, 15, {"reference": 0.0, "a": 0.0, "b": 0.0, "c": 0.0})
         final = _run(scores, design)[-1]
         spurious += any(d.verdict in (sq.BETTER, sq.WORSE) for d in final.decisions.values())
     assert spurious / 300 <= 0.082
@@ -285,9 +288,7 @@ def test_futility_is_non_binding_every_claim_with_it_is_made_without_it() -> Non
     design = sq.SequentialDesign(look_every=5, max_seeds=20, boundary_draws=20_000)
     stopped = 0
     for _ in range(60):
-        seed_effect = rng.normal(size=20)
-        shifts = {"reference": 0.0, "a": 0.0, "b": 0.3, "c": 1.0}
-        scores = {n: {s: float(seed_effect[s] + rng.normal() + d) for s in range(20)} for n, d in shifts.items()}
+        scores = _normal_grid(rng, 20, {"reference": 0.0, "a": 0.0, "b": 0.3, "c": 1.0})
         plain = sq.judge_looks(scores, "reference", design)[-1].decisions
         futile = sq.judge_looks(scores, "reference", dataclasses.replace(design, futility=0.2))[-1].decisions
         for v, d in futile.items():

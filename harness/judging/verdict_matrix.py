@@ -67,13 +67,7 @@ def verdict_frame(report_dirs: Sequence[Path], reference: str = stats.REFERENCE_
         path = Path(folder) / "verdicts.csv"
         if not path.is_file():
             raise MatrixError(f"{folder} has no verdicts.csv (build it with: python -m harness report RESULTS)")
-        try:
-            table = pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise MatrixError(f"{path} is not a readable table: {exc}") from exc
-        missing = [c for c in COLUMNS if c not in table.columns]
-        if missing:
-            raise MatrixError(f"{path} lacks the column(s) {', '.join(missing)}")
+        table = _read_table(path, COLUMNS)
         table = table[(table["env"] != "all") & (table["reference"] == reference)]
         if table.empty:
             raise MatrixError(f"{path} holds no comparison against {reference!r}")
@@ -84,6 +78,18 @@ def verdict_frame(report_dirs: Sequence[Path], reference: str = stats.REFERENCE_
     return pd.concat(frames, ignore_index=True)
 
 
+def _read_table(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+    """The CSV at `path`; MatrixError naming it when it cannot be read or lacks one of `columns`."""
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise MatrixError(f"{path} is not a readable table: {exc}") from exc
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise MatrixError(f"{path} lacks the column(s) {', '.join(missing)}")
+    return table
+
+
 def _with_looks(folder: Path, table: pd.DataFrame, reference: str) -> pd.DataFrame:
     """`table` (one report's rows of `verdict_frame`) with every comparison against `reference` its
     looks.csv holds taken from there, where the report has one (an ablation's looks also compare some
@@ -91,13 +97,7 @@ def _with_looks(folder: Path, table: pd.DataFrame, reference: str) -> pd.DataFra
     path = folder / "looks.csv"
     if not path.is_file():
         return table
-    try:
-        looks = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{path} is not a readable table: {exc}") from exc
-    missing = [c for c in LOOKS_COLUMNS if c not in looks.columns]
-    if missing:
-        raise MatrixError(f"{path} lacks the column(s) {', '.join(missing)}")
+    looks = _read_table(path, LOOKS_COLUMNS)
     if "against" in looks.columns:
         looks = looks[looks["against"].isna() | (looks["against"] == reference)]
     table = table.reset_index(drop=True)
