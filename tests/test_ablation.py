@@ -305,6 +305,15 @@ def test_ablate_passes_runs_sequential_options_through(tmp_path: Path):
         "look 1 of at most 2" in done.stdout and "blog-sac2-no-initial_alpha-initial_log_alpha  seed 1" in done.stdout
     )
     assert not (tmp_path / "out").exists()
+    # against another reference the looks name that reference: no "reference" variant is needed
+    other = run_cli(
+        "ablate", "blog-sac2", "--reference", "reward-scaled", "--envs", "Pendulum-v1", "--profile", "smoke",
+        "--until-decided", "--look-every", "2", "--max-seeds", "4", "--dry-run", "--out", str(tmp_path / "out"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert "reward-scaled-initial_alpha-0.036-initial_log_alpha-0  seed 1" in other.stdout
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_sequential_ablation_copies_the_ends_from_the_campaign_rather_than_training_them(tmp_path: Path):

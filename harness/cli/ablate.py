@@ -106,7 +106,12 @@ def cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
             copied = list(ends) if copy_ends else []
             return cmd_run_until_decided(
-                args, argv, copy_from=ends_from, copied=copied, compared=_compared(Path(args.variants_file).parent)
+                args,
+                argv,
+                copy_from=ends_from,
+                copied=copied,
+                compared=_compared(Path(args.variants_file).parent),
+                reference=args.reference,
             )
         report = not args.no_report
         args.no_report = args.no_report or ends_from is not None  # its report reads two folders: made below

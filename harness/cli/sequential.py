@@ -28,15 +28,20 @@ def cmd_run_until_decided(
     copy_from: Path | None = None,
     copied: Sequence[str] = (),
     compared: Sequence[tuple[str, str]] | None = None,
+    reference: str | None = None,
 ) -> int:
     """Train and judge the grid of `args` look by look (docs/protocol.md, Sequential grids); 0, or 1
     with --strict when a run failed or diverged. `copy_from`: a results folder whose finished runs of
     the variants `copied` (same configuration, `grid.plan` checks it) are copied into --out before the
     first look instead of trained (`harness ablate --ends-from`). `compared`: the comparisons, (variant,
-    compared with) pairs, where not every variant against the reference (`harness ablate`'s rows)."""
+    compared with) pairs, where not every variant against the reference (`harness ablate`'s rows).
+    `reference`: the variant the looks' design names as reference (`harness ablate --reference`), the
+    report's by default."""
     from .. import sequential_grid
     from ..judging import looks, sequential
     from ..judging.stats import REFERENCE_NAME
+
+    reference = reference or REFERENCE_NAME
     from ..running import grid, launch
 
     if args.backend != "local":
@@ -55,14 +60,14 @@ def cmd_run_until_decided(
         request, (targets, randoms) = grid_request(args, argv)
         cuda = request.device == "cuda"
         request = dataclasses.replace(request, members=args.members or (design.look_every if cuda else 1))
-        sequential_grid.check_request(request, design, REFERENCE_NAME, compared)
+        sequential_grid.check_request(request, design, reference, compared)
         found = _copies(copy_from, Path(request.out), request.envs, copied, design.max_seeds)
         if found:
             _check_same_configuration(copy_from, request, copied, design.max_seeds)
         if args.dry_run:
             if found:
                 print(f"would copy {_copy_summary(found)} from {copy_from}, not train them")
-            print(sequential_grid.dry_run_text(request, design, REFERENCE_NAME, copied=found, compared=compared))
+            print(sequential_grid.dry_run_text(request, design, reference, copied=found, compared=compared))
             return 0
         out = request.out
         done = [run for run in found if records.copy_run(copy_from, out, *run)]
@@ -73,7 +78,7 @@ def cmd_run_until_decided(
         state = sequential_grid.run_until_decided(
             request,
             design,
-            REFERENCE_NAME,
+            reference,
             1 if cuda else args.workers,
             deadline=deadline,
             on_finished=live,
