@@ -273,8 +273,7 @@ def open_variants(state: Looks) -> dict[str, list[str]]:
 
 def recurring_failure(runs: pd.DataFrame, env: str, variant: str, reference: str, n: int) -> str | None:
     """The shared failure of `variant`'s runs of seeds 0..n-1 in `env` when every one of them (n >= 2) failed
-    with the same error at the same step and the runs of `reference` (what it is compared with) did not;
-    else None.
+    with the same error at the same step and the reference's runs did not; else None.
 
     runs: `loading.RUN_COLUMNS` rows (state, reason)."""
     mine = runs[(runs["env"] == env) & (runs["variant"] == variant) & (runs["seed"] < n)]
