@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_stats import write_run
 
@@ -387,3 +388,27 @@ def test_a_sequential_ablation_judges_copied_ends_and_trains_only_the_ablated(tm
     said = (tmp_path / "report" / "attribution.md").read_text()
     assert "Verdicts, intervals and seeds are the sequential grid's" in said and "does not hold" not in said
     assert "ref-init-xavier vs two" in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_attribution_rows_come_from_the_looks_only_when_the_looks_judged_every_row():
+    from harness.judging import attribution, looks, sequential
+
+    design = sequential.SequentialDesign(look_every=2, max_seeds=4)
+    decision = sequential.Decision("a", "better", 0.5, 0.1, 0.9, 2, 1)
+    rule_look = sequential.Look(1, "reference", design, {"a": decision}, {})
+    record = looks.LookRecord(1, {"E": {"reference": 2, "a": 2}}, {"E": {"final_return": rule_look}}, {})
+    state = looks.Looks(looks.design_record(design, "reference", ["E"], ["reference", "a"]), (record,))
+    row = {"env": "E", "difference": "init", "change": "init: xavier", "role": "added", "units": "normalized"}
+    row |= {"verdict": inference.NO_DIFFERENCE, "reading": "open", "estimate": 0.2, "ci_low": -0.1, "ci_high": 0.5}
+    row |= {"mdd": 0.4, "paired": True, "n_pairs": 3, "n_runs": 3, "n_against_runs": 3, "family_size": 2}
+    row |= {"level": 0.975}
+    table = pd.DataFrame([row | {"variant": "a", "against": "reference"}], columns=attribution.ATTRIBUTION_COLUMNS)
+    judged, every = attribution.from_looks(table, state)
+    assert every and judged.loc[0, "verdict"] == "better" and judged.loc[0, "n_pairs"] == 2
+    assert (judged.loc[0, "ci_low"], judged.loc[0, "ci_high"]) == (0.1, 0.9)
+    assert judged.loc[0, "reading"] == "raises the score on its own"
+    # a row the looks did not judge (here: b against a): the fixed table stands, with the caveat
+    other = pd.DataFrame([row | {"variant": "b", "against": "a", "role": "removed"}], columns=table.columns)
+    partial = pd.concat([table, other])
+    kept, every = attribution.from_looks(partial.reset_index(drop=True), state)
+    assert not every and kept.equals(partial.reset_index(drop=True))

@@ -26,7 +26,7 @@ import pandas as pd
 from variants.spec import VariantSpec
 
 from .. import ablation, records
-from . import inference, loading, looks, normalization, stats
+from . import inference, loading, looks, normalization, sequential, stats
 
 METRIC = "final_return"
 ATTRIBUTION_COLUMNS = (
@@ -185,7 +185,7 @@ SEQUENTIAL_CAVEAT = (
 )
 FROM_LOOKS = (
     "Verdicts, intervals and seeds are the sequential grid's (its looks judged these comparisons and the "
-    "variant against {reference}, looks.csv): family-wise error 5% per metric over all its looks and "
+    "variant against {reference}, looks.csv): family-wise error {alpha:g} per metric over all its looks and "
     "comparisons; an open row's interval says how large a difference its seeds leave possible."
 )
 
@@ -193,37 +193,43 @@ FROM_LOOKS = (
 def from_looks(table: pd.DataFrame, state: looks.Looks) -> tuple[pd.DataFrame, bool]:
     """`table` with every row a sequential grid's looks judged (same env, variant and compared variant,
     on `METRIC`) taken from them: verdict, estimate and interval, seeds; mdd NaN, level NaN, family_size
-    the looks' comparisons. Returns the table and whether every row with runs came from the looks."""
+    the looks' comparisons; `table` as it was (and False) unless the looks judged every row that ran.
+    Returns the table and whether it came from the looks."""
     judged = {(c.env, c.variant, c.against): c for c in looks.comparisons(state) if c.metric == METRIC}
+    if any(row["verdict"] != NOT_RUN and (e, v, a) not in judged for e, v, a, row in _keyed(table)):
+        return table, False
     out = table.copy()
-    every = True
     for i, row in out.iterrows():
         c = judged.get((row["env"], row["variant"], row["against"]))
         if c is None:
-            every = every and row["verdict"] == NOT_RUN
             continue
-        verdict = inference.NO_DIFFERENCE if c.verdict == "open" else c.verdict
+        verdict = inference.NO_DIFFERENCE if c.verdict == sequential.OPEN else c.verdict
         reading = READINGS.get((row["role"], verdict), "open")
         values = (verdict, reading, c.difference, c.low, c.high, math.nan, True, c.seeds, len(state.compared), math.nan)
         columns = ["verdict", "reading", "estimate", "ci_low", "ci_high", "mdd", "paired", "n_pairs"]
         out.loc[i, [*columns, "family_size", "level"]] = values
-    return out, every
+    return out, True
+
+
+def _keyed(table: pd.DataFrame) -> list[tuple[str, str, str, pd.Series]]:
+    return [(row["env"], row["variant"], row["against"], row) for _, row in table.iterrows()]
 
 
 def section_html(
     table: pd.DataFrame,
     manifest: ablation.Manifest,
     classes: Mapping[str, str],
-    sequential: bool = False,
+    looked: bool = False,
     judged: bool = False,
+    alpha: float = inference.ALPHA,
 ) -> str:
-    """The report's attribution section: one table per env. `classes`: {verdict: CSS class}. `sequential`:
-    the runs came from a sequential grid; `judged`: its looks judged every row (`from_looks`: `FROM_LOOKS`
-    is said), else `SEQUENTIAL_CAVEAT`."""
+    """The report's attribution section: one table per env. `classes`: {verdict: CSS class}. `looked`:
+    the runs came from a sequential grid; `judged`: its looks (of family-wise error `alpha`) judged every
+    row (`from_looks`: `FROM_LOOKS` is said), else `SEQUENTIAL_CAVEAT`."""
     reference, variant = manifest.reference_name, manifest.variant_name
     family = int(table["family_size"].max()) if not table.empty else 0
     if judged:
-        family_text = esc(FROM_LOOKS.format(reference=reference)) + " "
+        family_text = esc(FROM_LOOKS.format(reference=reference, alpha=alpha)) + " "
     elif family:
         family_text = (
             f"the {family} comparisons of this table, Bonferroni at level 1 - 0.05/{family} each, so the chance "
@@ -243,7 +249,7 @@ def section_html(
         + family_text
         + 'Table: <a href="attribution.csv">attribution.csv</a>.</p>',
     ]
-    if sequential and not judged:
+    if looked and not judged:
         out.append(f'<p class="warn">{esc(SEQUENTIAL_CAVEAT.format(reference=reference))}</p>')
     header = ("difference", "question", "compared", "verdict", "estimate [interval]", "seeds", "reading")
     for env, rows in table.groupby("env", sort=False):
@@ -266,14 +272,18 @@ def section_html(
 
 
 def markdown_table(
-    table: pd.DataFrame, manifest: ablation.Manifest, sequential: bool = False, judged: bool = False
+    table: pd.DataFrame,
+    manifest: ablation.Manifest,
+    looked: bool = False,
+    judged: bool = False,
+    alpha: float = inference.ALPHA,
 ) -> str:
-    """The attribution as Markdown, one table per env, for a README (`sequential`, `judged`: as
+    """The attribution as Markdown, one table per env, for a README (`looked`, `judged`, `alpha`: as
     `section_html`)."""
     lines = [f"Attribution of {manifest.variant_name} against {manifest.reference_name} (final return):", ""]
     if judged:
-        lines += [FROM_LOOKS.format(reference=manifest.reference_name), ""]
-    elif sequential:
+        lines += [FROM_LOOKS.format(reference=manifest.reference_name, alpha=alpha), ""]
+    elif looked:
         lines += [SEQUENTIAL_CAVEAT.format(reference=manifest.reference_name), ""]
     for env, rows in table.groupby("env", sort=False):
         lines += [
@@ -318,14 +328,15 @@ def for_report(
         return None
     table = attribution_table(manifest, runs, configs, scores)
     state = _looks_of(sources)
-    sequential = state is not None or any(looks.looks_path(Path(source)).exists() for source in sources)
-    judged = False
+    looked = state is not None or any(looks.looks_path(Path(source)).exists() for source in sources)
+    judged, alpha = False, inference.ALPHA
     if state is not None:
         table, judged = from_looks(table, state)
+        alpha = state.rule_design.alpha
     return Attribution(
         table,
-        section_html(table, manifest, classes, sequential, judged),
-        markdown_table(table, manifest, sequential, judged),
+        section_html(table, manifest, classes, looked, judged, alpha),
+        markdown_table(table, manifest, looked, judged, alpha),
     )
 
 
