@@ -196,7 +196,8 @@ def from_looks(table: pd.DataFrame, state: looks.Looks) -> tuple[pd.DataFrame, b
     the looks' comparisons; `table` as it was (and False) unless the looks judged every row that ran.
     Returns the table and whether it came from the looks."""
     judged = {(c.env, c.variant, c.against): c for c in looks.comparisons(state) if c.metric == METRIC}
-    if any(row["verdict"] != NOT_RUN and (e, v, a) not in judged for e, v, a, row in _keyed(table)):
+    keys = zip(table["env"], table["variant"], table["against"], table["verdict"])
+    if any(verdict != NOT_RUN and (env, variant, against) not in judged for env, variant, against, verdict in keys):
         return table, False
     out = table.copy()
     for i, row in out.iterrows():
@@ -209,10 +210,6 @@ def from_looks(table: pd.DataFrame, state: looks.Looks) -> tuple[pd.DataFrame, b
         columns = ["verdict", "reading", "estimate", "ci_low", "ci_high", "mdd", "paired", "n_pairs"]
         out.loc[i, [*columns, "family_size", "level"]] = values
     return out, True
-
-
-def _keyed(table: pd.DataFrame) -> list[tuple[str, str, str, pd.Series]]:
-    return [(row["env"], row["variant"], row["against"], row) for _, row in table.iterrows()]
 
 
 def section_html(
