@@ -161,7 +161,12 @@ def test_the_report_of_an_ablation_grid_attributes_the_gain(tmp_path: Path):
     assert float(removed_init["estimate"]) == pytest.approx(-2 * noise.mean() / (-150.0 - -1207.555), abs=1e-9)
     page = summary.index_html.read_text()
     assert "Attribution: which of <code>two</code>" in page and "needed: removing it lowers the score" in page
-    assert "| `batch_size=128` | on its own | better |" in (out / "attribution.md").read_text()
+    markdown = (out / "attribution.md").read_text()
+    # Decimals follow the interval's half-width: init alone, paired differences noise / 1057.555 (mean
+    # 0.00012, half-width 0.002) show three; batch removed, every difference -300 / 1057.555 = -0.28367
+    # (zero width) shows four.
+    assert "| `init=xavier` | on its own | equivalent | +0.000 [-0.002, +0.002] |" in markdown
+    assert "| `batch_size=128` | needed | worse | -0.2837 [-0.2837, -0.2837] |" in markdown
 
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "blog_sac2_ablation.toml"

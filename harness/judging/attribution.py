@@ -26,7 +26,7 @@ import pandas as pd
 from variants.spec import VariantSpec
 
 from .. import ablation, records
-from . import inference, loading, looks, normalization, sequential, stats
+from . import findings, inference, loading, looks, normalization, sequential, stats
 
 METRIC = "final_return"
 ATTRIBUTION_COLUMNS = (
@@ -166,9 +166,10 @@ QUESTIONS = {
 def _interval_text(row: pd.Series) -> str:
     if row["estimate"] != row["estimate"]:
         return ""
-    text = f"{row['estimate']:+.3g} [{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]"
+    text = findings.interval_text(row["estimate"], row["ci_low"], row["ci_high"])
     if row["verdict"] == inference.NO_DIFFERENCE and row["mdd"] == row["mdd"]:
-        text += f"; could miss up to {row['mdd']:.3g}"
+        d = findings.interval_decimals(row["ci_low"], row["ci_high"])
+        text += f"; could miss up to {row['mdd']:.{d}f}"
     return text
 
 
