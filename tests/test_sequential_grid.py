@@ -274,6 +274,12 @@ def test_the_report_shows_each_comparison_and_when_it_was_decided(tmp_path, monk
         == "env,variant,metric,verdict,difference,low,high,seeds,look,basis,note,against,stopped,predictive_power"
     )
     assert len(table) == 1 + 3 * 2  # three comparisons, two metrics
+    # findings.md's verdict columns are the looks', not the fixed rule's on the seeds the looks chose.
+    findings = (tmp_path / "report/findings.md").read_text()
+    assert "the looks of the sequential grid that trained these runs" in findings
+    assert "| critic-first | 2 (2 failed) |" in findings
+    assert "worse at look 1 (2 seeds; every run failed) | worse at look 1 (2 seeds; every run failed) |" in findings
+    assert "| better at look 2 (4 seeds): +" in findings and "no detectable difference" not in findings
 
 
 def test_each_look_is_told_in_one_line(tmp_path, monkeypatch):

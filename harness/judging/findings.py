@@ -5,6 +5,8 @@ scored runs), so every figure in it is one the report's page shows. Per environm
 runs (and how many failed or diverged), the final-return IQM with its 95% bootstrap interval in raw
 return, and its verdict against the reference on the final return and on auc_return with the
 simultaneous interval, plus, where the rule cannot decide, the minimum detectable difference (MDD).
+Where the results are a sequential grid's (`run --until-decided`), the verdict columns are the looks'
+(`looks.comparisons`): the fixed rule's stated level does not hold on seed counts the looks chose.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .. import records
-from . import loading, stats
+from . import loading, looks, sequential, stats
 
 
 def _runs_cell(runs: pd.DataFrame, env: str, variant: str) -> str:
@@ -100,8 +102,34 @@ def interval_text(difference: float, low: float, high: float) -> str:
     return f"{difference:+.{d}f} [{low:+.{d}f}, {high:+.{d}f}]"
 
 
+def look_cell(c: looks.Comparison | None) -> str:
+    """A sequential comparison as a findings cell: 'better at look 2 (10 seeds): +0.44 [+0.08, +0.80]',
+    'worse at look 1 (5 seeds; every run failed)', 'open after look 1 (5 seeds): +0.02 [-0.55, +0.59]',
+    'open, stopped for futility at look 2 (10 seeds; predictive power 3%): ...'; '-' without one."""
+    if c is None:
+        return "-"
+    if c.basis == looks.FAILURE:
+        return f"{c.verdict} at look {c.look} ({c.seeds} seeds; every run failed)"
+    if c.stopped:
+        head = (
+            f"open, stopped for futility at look {c.look} ({c.seeds} seeds; predictive power {c.predictive_power:.0%})"
+        )
+    elif c.verdict == sequential.OPEN:
+        head = f"open after look {c.look} ({c.seeds} seeds)"
+    else:
+        head = f"{c.verdict} at look {c.look} ({c.seeds} seeds)"
+    if np.isfinite(c.low) and np.isfinite(c.high):
+        return f"{head}: {interval_text(c.difference, c.low, c.high)}"
+    return head
+
+
 def findings_markdown(
-    summary: pd.DataFrame, verdicts: pd.DataFrame, runs: pd.DataFrame, reference: str, targets: pd.DataFrame
+    summary: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    runs: pd.DataFrame,
+    reference: str,
+    targets: pd.DataFrame,
+    looked: looks.Looks | None = None,
 ) -> str:
     """One Markdown table per environment of `runs` (in `loading.env_order`), rows in `loading.variant_order`.
 
@@ -109,10 +137,29 @@ def findings_markdown(
     verdicts: `stats.verdict_table` rows of both return metrics.
     runs: the scored runs, one row per run (env, variant, seed, state, ...).
     targets: `stats.target_table` rows (env, variant, target, n_runs, n_reached, first_step_*).
+    looked: the looks of the sequential grid that trained `runs`, judged against `reference`; its
+        comparisons are the verdict columns (the module doc), the fixed rule's stay in verdicts.csv.
     """
     out = []
     family = verdicts.loc[verdicts["metric"] == "final_return", "family_size"]
-    if not family.empty and int(family.max()) == 0:
+    if looked is not None and not looked.looks:
+        looked = None  # no look judged yet: the fixed rule's verdicts are all there is
+    judged = {
+        (c.env, c.variant, c.metric): c
+        for c in (looks.comparisons(looked) if looked is not None else [])
+        if c.against == looked.reference
+    }
+    if looked is not None:
+        design = looked.rule_design
+        out.append(
+            f"Verdicts against `{reference}`: the looks of the sequential grid that trained these runs "
+            f"(looks.csv; rule `{design.rule}`, looks every {design.look_every} seeds up to {design.max_seeds}), "
+            f"family-wise error over every look and comparison at most {design.alpha:g} per metric; "
+            "differences in normalized score. An open comparison's interval holds every difference its seeds "
+            "could not rule out. The fixed rule's verdicts (verdicts.csv) are not shown: on seed counts the "
+            "looks chose, their stated level does not hold.\n"
+        )
+    elif not family.empty and int(family.max()) == 0:
         out.append(
             f"No verdict yet: no variant has the {stats.MIN_RUNS_FOR_VERDICT} runs a side that the rule needs.\n"
         )
@@ -152,7 +199,12 @@ def findings_markdown(
                 match = verdicts[
                     (verdicts["env"] == env) & (verdicts["variant"] == variant) & (verdicts["metric"] == metric)
                 ]
-                cells.append("-" if variant == reference else verdict_cell(None if match.empty else match.iloc[0]))
+                if variant == reference:
+                    cells.append("-")
+                elif looked is not None:
+                    cells.append(look_cell(judged.get((env, variant, metric))))
+                else:
+                    cells.append(verdict_cell(None if match.empty else match.iloc[0]))
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("\n".join(lines) + "\n")
     return "\n".join(out)
@@ -166,6 +218,8 @@ def write_findings(
     reference: str,
     targets: pd.DataFrame,
     sources: Sequence[str],
+    looked: looks.Looks | None = None,
 ) -> None:
     header = f"# Findings of {', '.join(sources)}\n\n"
-    records.atomic_write_text(path, header + findings_markdown(summary, verdicts, runs, reference, targets))
+    text = findings_markdown(summary, verdicts, runs, reference, targets, looked)
+    records.atomic_write_text(path, header + text)

@@ -195,9 +195,11 @@ def _build_report(
     written.append(_write_frame(out_dir / "targets.csv", targets))
     late = stats.late_diagnostics(data.diagnostics, runs)
     written.append(_write_frame(out_dir / "late_diagnostics.csv", late))
-    write_findings(out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources])
+    looked, sequential_section = _looks_section(sources[0], reference, out_dir, written)  # a sequential grid's
+    write_findings(
+        out_dir / "findings.md", summary, verdicts, runs, reference, targets, [str(s) for s in sources], looked
+    )
     written.append(out_dir / "findings.md")
-    sequential_section = _looks_section(sources[0], reference, out_dir, written)  # a sequential grid's
     attributed = attribution.for_report(sources, runs, data.configs, VERDICT_CLASSES, scores)  # an ablation grid's
     if attributed is not None:
         written.append(_write_frame(out_dir / "attribution.csv", attributed.table))
@@ -237,18 +239,19 @@ def _build_report(
     return ReportSummary(out_dir, index, tuple(written), len(runs), counts, tuple(data.skipped()))
 
 
-def _looks_section(results: Path, reference: str, out_dir: Path, written: list[Path]) -> str:
-    """The looks of a sequential grid (`harness run --until-decided`) recorded in `results`: an HTML
-    section and looks.csv (appended to `written`); '' when `results` holds none. An unreadable looks.json,
-    or looks judged against another reference than the report's, gives a section that says so."""
+def _looks_section(results: Path, reference: str, out_dir: Path, written: list[Path]) -> tuple[looks.Looks | None, str]:
+    """The looks of a sequential grid (`harness run --until-decided`) recorded in `results`, with an HTML
+    section, and looks.csv (appended to `written`); (None, '') when `results` holds none. An unreadable
+    looks.json, or looks judged against another reference than the report's, gives None and a section
+    that says so."""
     try:
         state = looks.read_looks(results)
     except looks.LooksError as exc:
-        return f'<h2>Sequential verdicts</h2><p class="warn">Not shown: {esc(exc)}</p>\n'
+        return None, f'<h2>Sequential verdicts</h2><p class="warn">Not shown: {esc(exc)}</p>\n'
     if state is None:
-        return ""
+        return None, ""
     if state.reference != reference:
-        return (
+        return None, (
             f'<h2>Sequential verdicts</h2><p class="warn">Not shown: the looks judged against '
             f"<code>{esc(state.reference)}</code>, this report against <code>{esc(reference)}</code>.</p>\n"
         )
@@ -268,7 +271,7 @@ def _looks_section(results: Path, reference: str, out_dir: Path, written: list[P
         f"<tr><td>{esc(env)}</td><td>{esc(variant)}</td><td>{esc(metric)}</td>{cell}<td>{esc(text)}</td></tr>\n"
         for env, variant, metric, cell, text in rows
     )
-    return (
+    return state, (
         "<h2>Sequential verdicts: the looks of this grid</h2>\n"
         f"<p>{esc(looks.summary_lines(state)[0])}. Rule <code>{esc(design.rule)}</code> "
         "(harness.judging.sequential): its family-wise error over every look and comparison is at most "
