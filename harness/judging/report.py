@@ -7,7 +7,9 @@
     runs.csv            one row per readable run (runs.csv's columns + reason)
     summary.csv         IQM / mean / median / optimality gap with 95% bootstrap intervals
     verdicts.csv        P(variant > reference) with its interval and the verdict
-    findings.md         the verdicts as one Markdown table per environment, for a README (findings.py)
+    findings.md         the verdicts as one Markdown table per environment, for a README (findings.py;
+                        a sequential grid's: the looks' verdicts)
+    looks.csv           a sequential grid's comparisons after its last look (looks.py)
     *.png               figures, linked from index.html by relative path
 
 Every file is written atomically (harness.records). `report_command` is the CLI entry point.
