@@ -100,16 +100,21 @@ def look_end(state: looks.Looks) -> str | None:
     return looks.END_MAXIMUM if len(state.looks) >= state.rule_design.looks else None
 
 
-def judge_and_record(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int) -> looks.Looks:
-    """Judge the next look of `state` (seeds 0..n-1 of `trained`) from the run records of `out`, write
-    looks.json and return the new state. Raises SequentialGridError when a look cannot be judged."""
+def judge_next(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int) -> looks.Looks:
+    """`state` with its next look (seeds 0..n-1 of `trained`) judged from the run records of `out`;
+    nothing written. Raises SequentialGridError when the look cannot be judged."""
     data = loading.scan_results(out)
     try:
         record = looks.judge_look(state, data, {env: dict.fromkeys(names, n) for env, names in trained.items()})
     except looks.LooksError as exc:
         raise SequentialGridError(str(exc)) from None
     judged = dataclasses.replace(state, looks=(*state.looks, record))
-    judged = dataclasses.replace(judged, end=look_end(judged))
+    return dataclasses.replace(judged, end=look_end(judged))
+
+
+def judge_and_record(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int) -> looks.Looks:
+    """`judge_next`, then looks.json written with the new state."""
+    judged = judge_next(out, state, trained, n)
     looks.write_looks(out, judged)
     return judged
 
@@ -217,19 +222,28 @@ def dry_run_text(
     copied: Collection[tuple[str, str, int]] = (),
     compared: Sequence[tuple[str, str]] | None = None,
 ) -> str:
-    """What the next look would train, without training or writing anything. `copied`: (env, variant,
-    seed) of runs that would be copied into the folder before the look rather than trained. `compared`:
-    as `run_until_decided`."""
-    state = start_or_resume(
-        Path(request.out), looks.design_record(design, reference, request.envs, list(request.variants), compared)
-    )
-    if state.end is not None:
-        return "\n".join(["nothing to train: the sequential grid has ended", *looks.summary_lines(state)])
-    look = len(state.looks) + 1
-    copied, jobs = set(copied), []
-    for job in plan_look(request, looks.open_variants(state), design.seeds_at(look)):
-        seeds = tuple(seed for seed in job.seeds if (job.env_id, job.variant, seed) not in copied)
-        if seeds:
-            jobs.append(dataclasses.replace(job, seeds=seeds))
-    head = f"look {look} of at most {design.looks}"
-    return f"{head}: " + (grid.plan_text(jobs) if jobs else "every run is finished; the look is judged next")
+    """What the grid would train next, without training or writing anything: the looks whose runs are all
+    finished already (a study switched to the sequential rule, a grid stopped between runs and judging)
+    are judged in memory, as the grid would judge them, each told in one line, up to the first look with
+    runs to train, whose jobs are listed. `copied`: (env, variant, seed) of runs that would be copied
+    into the folder before the look rather than trained. `compared`: as `run_until_decided`."""
+    out = Path(request.out)
+    state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants), compared))
+    lines: list[str] = []
+    copied = set(copied)
+    while state.end is None:
+        look, trained = len(state.looks) + 1, looks.open_variants(state)
+        n = design.seeds_at(look)
+        head = f"look {look} of at most {design.looks} (seeds 0-{n - 1})"
+        jobs = []
+        for job in plan_look(request, trained, n):
+            seeds = tuple(seed for seed in job.seeds if (job.env_id, job.variant, seed) not in copied)
+            if seeds:
+                jobs.append(dataclasses.replace(job, seeds=seeds))
+        if jobs:
+            return "\n".join([*lines, f"{head}: {grid.plan_text(jobs)}"])
+        if unfinished_runs(out, trained, n):
+            return "\n".join([*lines, f"{head}: every run is finished or copied first; the look is judged next"])
+        state = judge_next(out, state, trained, n)
+        lines.append(f"{head}: every run is finished; judged now, in memory ({look_line(state)})")
+    return "\n".join([*lines, "nothing to train: the sequential grid has ended", *looks.summary_lines(state)])

@@ -449,10 +449,33 @@ def test_a_dry_run_prints_the_next_looks_runs_and_writes_nothing(tmp_path, capsy
 
     assert main([*until_decided_args(tmp_path / "g"), "--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == "look 1 of at most 2: would train, in this order:"
+    assert printed[0] == "look 1 of at most 2 (seeds 0-1): would train, in this order:"
     assert printed[1].split() == [ENV, "reference", "seed", "0", "(300", "steps)"]
     assert len(printed) == 1 + 6  # three variants x seeds 0 and 1
     assert not (tmp_path / "g/looks.json").exists() and not (tmp_path / "g/runs").exists()
+
+
+def test_a_dry_run_judges_in_memory_the_looks_whose_runs_are_finished_and_lists_the_next(tmp_path):
+    # Look 1's runs on disk and no looks.json: a study switched to the sequential rule. The dry run judges
+    # look 1 as the grid would (critic-first failed on both seeds, naive-tanh equivalent) and lists look 2's
+    # runs: seeds 2 and 3 of the reference and joint-update only; it writes nothing.
+    req = request(tmp_path)
+    FakeTraining()(sequential_grid.plan_look(req, {ENV: list(req.variants)}, 2), 1)
+    before = sorted(str(path) for path in tmp_path.rglob("*"))
+    text = sequential_grid.dry_run_text(req, DESIGN, "reference").splitlines()
+    assert text[0] == (
+        "look 1 of at most 3 (seeds 0-1): every run is finished; judged now, in memory (look 1 judged: "
+        f"{ENV} critic-first worse (failure) on final_return, auc_return; {ENV} naive-tanh equivalent on "
+        "final_return, auc_return; 2 comparison(s) open)"
+    )
+    assert text[1] == "look 2 of at most 3 (seeds 0-3): would train, in this order:"
+    assert [line.split()[1:4] for line in text[2:]] == [
+        ["reference", "seed", "2"],
+        ["joint-update", "seed", "2"],
+        ["reference", "seed", "3"],
+        ["joint-update", "seed", "3"],
+    ]
+    assert sorted(str(path) for path in tmp_path.rglob("*")) == before  # no looks.json, no run
 
 
 def test_a_grid_that_asks_for_a_rule_measured_above_its_level_is_told_so(tmp_path, capsys):
