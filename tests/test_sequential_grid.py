@@ -205,6 +205,37 @@ def test_a_single_failure_or_failures_that_differ_are_left_to_the_rule():
     )  # one seed is not a pattern
     assert looks.recurring_failure(runs(["E (at step 5)", "E (at step 9)"]), ENV, "v", "reference", 2) is None
     assert looks.recurring_failure(runs(["E (at step 5)", ""]), ENV, "v", "reference", 2) is None
+    assert looks.recurring_failure(runs(["E: x (at step 5)", "F: x (at step 5)"]), ENV, "v", "reference", 2) is None
+
+
+def test_failures_whose_messages_differ_only_in_numbers_are_the_same_error():
+    # critic-first's in-place error on BipedalWalker: the autograd version counter differs from seed to
+    # seed, and on HalfCheetah the tensor's shape holds the job's member count (8 = 4 members x 2 critics).
+    import pandas as pd
+
+    error = "RuntimeError: [torch.FloatTensor [{shape}, 23, 256]] is at version {v}; expected version {w} instead"
+    reasons = [
+        error.format(shape=2, v=1, w=0) + " (at step 1001)",
+        error.format(shape=8, v=2, w=1) + " (at step 1001)",
+        error.format(shape=8, v=1, w=0) + " (at step 1001)",
+    ]
+    frame = pd.DataFrame(
+        {
+            "env": ENV,
+            "variant": ["v"] * 3 + ["reference"] * 3,
+            "seed": [0, 1, 2] * 2,
+            "state": ["failed"] * 3 + ["complete"] * 3,
+            "reason": [*reasons, "", "", ""],
+        }
+    )
+    assert looks.failure_signature(reasons[1]) == (
+        "RuntimeError: [torch.FloatTensor [#, #, #]] is at version #; expected version # instead (at step 1001)"
+    )
+    assert looks.recurring_failure(frame, ENV, "v", "reference", 3) == reasons[0]  # the first seed's reason
+    at_another_step = frame.assign(reason=[*reasons[:2], reasons[2].replace("1001", "2001"), "", "", ""])
+    assert looks.recurring_failure(at_another_step, ENV, "v", "reference", 3) is None
+    both_fail = frame.assign(state="failed", reason=[*reasons, *reasons])
+    assert looks.recurring_failure(both_fail, ENV, "v", "reference", 3) is None  # the reference fails so too
 
 
 def unbounded_looks() -> looks.Looks:

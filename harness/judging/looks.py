@@ -21,7 +21,8 @@ infinite, a difference of no seeds) is the string "inf", "-inf" or "nan" in the 
 with bare `Infinity` / `NaN` tokens by earlier versions are still read.
 
 A variant whose every run of a look failed with the same error at the same step (an exception that
-recurs, as critic-first's in-place error at its first update) is closed as worse on that basis, outside
+recurs, as critic-first's in-place error at its first update; the same error up to the numbers in its
+message, `failure_signature`) is closed as worse on that basis, outside
 the rule and its error budget: a software failure, not noise. Scores are the report's
 (`stats.scored_runs`: failed and diverged runs scored too), normalized when the design has an
 equivalence margin. The rule judges one env at a time; over several envs its alpha is split evenly among
@@ -271,17 +272,33 @@ def open_variants(state: Looks) -> dict[str, list[str]]:
     return out
 
 
+def failure_signature(reason: str) -> str:
+    """What makes two failures the same error: `loading.failure_reason`'s line with every number of the
+    message written '#', the step kept. The numbers an exception's message carries can differ between
+    runs of one bug: PyTorch's in-place error names the tensor's shape, which holds the job's member count,
+    and its version counter ('[torch.FloatTensor [2, 28, 256]] is at version 1; expected version 0' and
+    '... [8, 23, 256] is at version 2; expected version 1', critic-first's at its first update)."""
+    step = re.search(r" \(at step \d+\)$", reason)
+    message = reason[: step.start()] if step else reason
+    return re.sub(r"\d+", "#", message) + (step.group(0) if step else "")
+
+
 def recurring_failure(runs: pd.DataFrame, env: str, variant: str, reference: str, n: int) -> str | None:
-    """The shared failure of `variant`'s runs of seeds 0..n-1 in `env` when every one of them (n >= 2) failed
-    with the same error at the same step and the reference's runs did not; else None.
+    """The failure of `variant`'s runs of seeds 0..n-1 in `env` (the first seed's reason) when every one of
+    them (n >= 2) failed with the same error (`failure_signature`) at the same step and the reference's
+    runs did not; else None.
 
     runs: `loading.RUN_COLUMNS` rows (state, reason)."""
     mine = runs[(runs["env"] == env) & (runs["variant"] == variant) & (runs["seed"] < n)]
-    if n < 2 or len(mine) < n or (mine["state"] != "failed").any() or mine["reason"].nunique() != 1:
+    if n < 2 or len(mine) < n or (mine["state"] != "failed").any():
         return None
-    reason = str(mine["reason"].iloc[0])
+    signatures = {failure_signature(str(reason)) for reason in mine["reason"]}
+    if len(signatures) != 1:
+        return None
     ref = runs[(runs["env"] == env) & (runs["variant"] == reference) & (runs["seed"] < n)]
-    return None if (ref["reason"] == reason).all() and len(ref) else reason
+    if len(ref) and all(failure_signature(str(reason)) in signatures for reason in ref["reason"]):
+        return None
+    return str(mine.sort_values("seed")["reason"].iloc[0])
 
 
 def look_scores(runs: pd.DataFrame, env: str, metric: str, seeds: Mapping[str, int], normalize: bool) -> dict:
