@@ -16,7 +16,7 @@ from harness import machine, records
 from harness.cli import main
 from harness.running import grid
 from harness.running.profiles import budget_for
-from harness.running.train import Job, train_job
+from harness.running.train import Job, checkpoint_path, checkpoint_previous, train_job
 from variants import CATALOG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -480,6 +480,33 @@ def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatc
         "a rerun resumes it there from its checkpoint"
     ]
     assert not (records.run_dir(tmp_path, "Pendulum-v1", "reference", 0) / "status.json").exists()
+
+
+def test_a_job_that_resumes_from_its_checkpoint_is_expected_to_take_only_what_is_left(tmp_path, monkeypatch):
+    # Stopped at env step 120 of 300: its folder recorded the diagnostics up to its last interval (75),
+    # so it is expected to take (300 - 75) / 300 of the 15 ms a step of a job with no runs to go by; the
+    # same job with its checkpoint gone restarts from step 0 and takes all of it.
+    budget = budget_for("smoke", "Pendulum-v1", 300)
+    spec = dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32, hidden_sizes=(16, 16))
+    job = Job("reference", "", spec, {}, "Pendulum-v1", (0,), budget, str(tmp_path))
+    real = grid.train_claimed
+
+    def stopped_midway(job, on_progress, should_stop):
+        calls = iter(range(10_000))
+        return real(job, on_progress, lambda: next(calls) == 120)
+
+    monkeypatch.setattr(grid, "train_claimed", stopped_midway)
+    with pytest.raises(grid.Interrupted):
+        grid.execute([job], 1, log=lambda line: None)
+    recorded = records.recorded_steps(records.run_dir(tmp_path, "Pendulum-v1", "reference", 0))[0]
+    assert recorded == 75 and budget.diag_every == 75
+    full = 300 * grid.SECONDS_PER_MEMBER_STEP
+    assert grid.remaining_share(job) == pytest.approx(225 / 300)
+    assert grid.job_seconds([job]) == [pytest.approx(full * 225 / 300)]
+    checkpoint = checkpoint_path(job)
+    checkpoint.unlink()
+    checkpoint_previous(checkpoint).unlink(missing_ok=True)
+    assert grid.job_seconds([job]) == [pytest.approx(full)]
 
 
 def test_a_variant_with_no_runs_is_expected_to_take_as_long_as_its_kin(tmp_path):

@@ -38,7 +38,7 @@ from .envs import EnvRef
 from .errors import WorkerCrashed
 from .implementations import TRAINERS, run_job
 from .profiles import Budget
-from .train import Interrupted, Job, identity
+from .train import Interrupted, Job, checkpoint_path, checkpoint_previous, identity
 
 # One SAC update with its env step, per member, on one CPU thread (figure: docs/measurements.md, grid.py);
 # used only for the estimate printed before a grid starts and when no finished run gives a better one.
@@ -373,7 +373,8 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     known environment costs about what its kin cost there, better known than a per-step guess; a median,
     not the slowest, as a variant's own runs give, so one run slowed by a paused or shared CPU does not
     hold the grid's other jobs back); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m
-    members records its whole job's wall time, so it counts as that time / m a seed."""
+    members records its whole job's wall time, so it counts as that time / m a seed. A job that resumes
+    from a checkpoint is expected to take only its `remaining_share`."""
     finished = {folder: collect_runs(Path(folder), verified=False) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
@@ -397,8 +398,19 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
         if not walls:
             walls = _kin_seconds([(row, path) for row, path in same_env if row["variant"] != job.variant], job)
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
-        out.append(per_seed * len(job.seeds))
+        out.append(per_seed * len(job.seeds) * remaining_share(job))
     return out
+
+
+def remaining_share(job: Job) -> float:
+    """The share of `job`'s budget it has still to train: 1 without a checkpoint (it starts from env step
+    0), else 1 - the fewest env steps its seeds' run folders recorded / the budget. A job resumes at its
+    checkpoint, at or past what its folders recorded, so the share is never too small."""
+    checkpoint = checkpoint_path(job)
+    if not (checkpoint.exists() or checkpoint_previous(checkpoint).exists()):
+        return 1.0
+    done = [records.recorded_steps(records.run_dir(Path(job.out), job.env_id, job.variant, s))[0] for s in job.seeds]
+    return max(0.0, 1.0 - min(d or 0 for d in done) / job.budget.total_steps)
 
 
 def _kin_seconds(others: Sequence[tuple[dict, Path]], job: Job) -> list[float]:
