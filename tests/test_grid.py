@@ -538,3 +538,28 @@ def test_a_variant_with_no_runs_is_expected_to_take_as_long_as_its_kin(tmp_path)
         140.0,
         pytest.approx(300 * grid.SECONDS_PER_MEMBER_STEP),
     ]
+
+
+def test_a_burst_of_sigints_stops_a_worker_without_deadlocking_it():
+    # The handler runs between two bytecodes of whatever it interrupts, itself included: one that took a
+    # lock (threading.Event.set) hung a worker as soon as a second SIGINT landed inside the first handler,
+    # every time under this burst. The child must still be looping, flag set, after the burst.
+    child = (
+        "import signal, time\n"
+        "from harness.running import grid\n"
+        "signal.signal(signal.SIGINT, grid._request_stop)\n"
+        "print('ready', flush=True)\n"
+        "end = time.time() + 3\n"
+        "while time.time() < end:\n"
+        "    grid._stop_requested.is_set()\n"
+        "print('stop requested' if grid._stop_requested.is_set() else 'not requested', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for _ in range(20_000):
+            os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (out.strip(), proc.returncode) == ("stop requested", 0)

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -479,7 +478,27 @@ def _tune_worker() -> None:
 
 # --- stopping on Ctrl-C: each process sets a flag that its training loop checks between steps ----
 
-_stop_requested = threading.Event()
+
+class StopFlag:
+    """Set by the SIGINT handler, read by the training loop (`is_set`). A plain attribute, no lock: a
+    handler runs between two bytecodes of the code it interrupts, itself included, so one that takes a
+    lock (threading.Event.set does) deadlocks when a second SIGINT lands while the first handler holds it,
+    as Ctrl-C on the terminal plus the grid's own stop can deliver."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def set(self) -> None:
+        self.requested = True
+
+    def clear(self) -> None:
+        self.requested = False
+
+    def is_set(self) -> bool:
+        return self.requested
+
+
+_stop_requested = StopFlag()
 
 
 def _request_stop(signum, frame) -> None:
