@@ -155,7 +155,8 @@ def findings_markdown(
             f"Verdicts against `{reference}`: the looks of the sequential grid that trained these runs "
             f"(looks.csv; rule `{design.rule}`, looks every {design.look_every} seeds up to {design.max_seeds}), "
             f"family-wise error over every look and comparison at most {design.alpha:g} per metric; "
-            "differences in normalized score. An open comparison's interval holds every difference its seeds "
+            f"differences in {'normalized score' if design.margin is not None else 'raw return'}. "
+            "An open comparison's interval holds every difference its seeds "
             "could not rule out. The fixed rule's verdicts (verdicts.csv) are not shown: on seed counts the "
             "looks chose, their stated level does not hold.\n"
         )
