@@ -100,10 +100,11 @@ def look_end(state: looks.Looks) -> str | None:
     return looks.END_MAXIMUM if len(state.looks) >= state.rule_design.looks else None
 
 
-def judge_next(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int) -> looks.Looks:
-    """`state` with its next look (seeds 0..n-1 of `trained`) judged from the run records of `out`;
+def judge_next(
+    data: loading.RunRecords, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int
+) -> looks.Looks:
+    """`state` with its next look (seeds 0..n-1 of `trained`) judged from the run records `data`;
     nothing written. Raises SequentialGridError when the look cannot be judged."""
-    data = loading.scan_results(out)
     try:
         record = looks.judge_look(state, data, {env: dict.fromkeys(names, n) for env, names in trained.items()})
     except looks.LooksError as exc:
@@ -113,8 +114,8 @@ def judge_next(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str
 
 
 def judge_and_record(out: Path, state: looks.Looks, trained: Mapping[str, Sequence[str]], n: int) -> looks.Looks:
-    """`judge_next`, then looks.json written with the new state."""
-    judged = judge_next(out, state, trained, n)
+    """`judge_next` on the run records of `out` as they are now, then looks.json written with the new state."""
+    judged = judge_next(loading.scan_results(out), state, trained, n)
     looks.write_looks(out, judged)
     return judged
 
@@ -231,6 +232,7 @@ def dry_run_text(
     state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants), compared))
     lines: list[str] = []
     copied = set(copied)
+    data: loading.RunRecords | None = None
     while state.end is None:
         look, trained = len(state.looks) + 1, looks.open_variants(state)
         n = design.seeds_at(look)
@@ -244,6 +246,8 @@ def dry_run_text(
             return "\n".join([*lines, f"{head}: {grid.plan_text(jobs)}"])
         if unfinished_runs(out, trained, n):
             return "\n".join([*lines, f"{head}: every run is finished or copied first; the look is judged next"])
-        state = judge_next(out, state, trained, n)
+        if data is None:  # read once: a dry run adds no run between looks
+            data = loading.scan_results(out)
+        state = judge_next(data, state, trained, n)
         lines.append(f"{head}: every run is finished; judged now, in memory ({look_line(state)})")
     return "\n".join([*lines, "nothing to train: the sequential grid has ended", *looks.summary_lines(state)])
