@@ -252,7 +252,7 @@ def matrix_png(frame: pd.DataFrame, metrics: Sequence[str] = stats.RETURN_METRIC
         fontsize=8,
         frameon=False,
         title="each variant against the reference: normalized difference (MDD where open; the interval where "
-        "a sequential grid's looks left it open), paired seeds",
+        "a sequential grid's looks left it open; (stopped): its futility rule stopped adding seeds), paired seeds",
         title_fontsize=8,
     )
     buffer = io.BytesIO()
