@@ -479,6 +479,24 @@ def test_findings_decimals_show_two_significant_digits_of_the_interval() -> None
     ]
 
 
+def test_a_look_cell_says_whether_more_looks_can_come() -> None:
+    from harness.judging import looks
+    from harness.judging.findings import look_cell
+
+    open_at_4 = looks.Comparison(
+        env="E", variant="v", metric="final_return", verdict="open", difference=0.23, low=-0.06, high=0.52,
+        seeds=20, look=4, basis=looks.RULE, note="", against="reference",
+    )  # fmt: skip
+    assert look_cell(open_at_4) == "open after look 4 (20 seeds): +0.23 [-0.06, +0.52]"
+    assert look_cell(open_at_4, looks.END_MAXIMUM) == "open at the maximum (20 seeds): +0.23 [-0.06, +0.52]"
+    stopped = looks.Comparison(**{**vars(open_at_4), "seeds": 10, "look": 2, "stopped": True, "predictive_power": 0.03})
+    assert look_cell(stopped, looks.END_FUTILITY) == (
+        "open, stopped for futility at look 2 (10 seeds; predictive power 3%): +0.23 [-0.06, +0.52]"
+    )
+    better = looks.Comparison(**{**vars(open_at_4), "verdict": "better", "low": 0.04, "look": 3, "seeds": 15})
+    assert look_cell(better, looks.END_DECIDED) == "better at look 3 (15 seeds): +0.23 [+0.04, +0.52]"
+
+
 def test_reach_text_gives_how_many_runs_reached_the_target_and_when() -> None:
     from harness.judging.findings import reach_text, step_text
 

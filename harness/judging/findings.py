@@ -102,10 +102,11 @@ def interval_text(difference: float, low: float, high: float) -> str:
     return f"{difference:+.{d}f} [{low:+.{d}f}, {high:+.{d}f}]"
 
 
-def look_cell(c: looks.Comparison | None) -> str:
+def look_cell(c: looks.Comparison | None, end: str | None = None) -> str:
     """A sequential comparison as a findings cell: 'better at look 2 (10 seeds): +0.44 [+0.08, +0.80]',
     'worse at look 1 (5 seeds; every run failed)', 'open after look 1 (5 seeds): +0.02 [-0.55, +0.59]',
-    'open, stopped for futility at look 2 (10 seeds; predictive power 3%): ...'; '-' without one."""
+    'open at the maximum (20 seeds): ...' once the grid ended there (`end`, `Looks.end`), 'open, stopped
+    for futility at look 2 (10 seeds; predictive power 3%): ...'; '-' without one."""
     if c is None:
         return "-"
     if c.basis == looks.FAILURE:
@@ -114,6 +115,8 @@ def look_cell(c: looks.Comparison | None) -> str:
         head = (
             f"open, stopped for futility at look {c.look} ({c.seeds} seeds; predictive power {c.predictive_power:.0%})"
         )
+    elif c.verdict == sequential.OPEN and end == looks.END_MAXIMUM:
+        head = f"open at the maximum ({c.seeds} seeds)"
     elif c.verdict == sequential.OPEN:
         head = f"open after look {c.look} ({c.seeds} seeds)"
     else:
@@ -203,7 +206,7 @@ def findings_markdown(
                 if variant == reference:
                     cells.append("-")
                 elif looked is not None:
-                    cells.append(look_cell(judged.get((env, variant, metric))))
+                    cells.append(look_cell(judged.get((env, variant, metric)), looked.end))
                 else:
                     cells.append(verdict_cell(None if match.empty else match.iloc[0]))
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
