@@ -80,6 +80,25 @@ def plan_look(request: grid.GridRequest, trained: Mapping[str, Sequence[str]], n
     return jobs
 
 
+def look_cost_text(
+    jobs: Sequence[Job], trained: Mapping[str, Sequence[str]], n: int, max_seeds: int, workers: int
+) -> str:
+    """What a look costs and what it could lead to: its runs and their expected time on `workers`
+    (`grid.job_seconds`: this folder's runs of each variant, env and budget), then, where the plan has
+    looks after it, the runs they would add if this look decided nothing (seeds n..max_seeds-1 of the
+    same variants; every decision or futility stop makes it fewer)."""
+    runs = sum(len(job.seeds) for job in jobs)
+    minutes = grid.estimate_seconds(jobs, workers) / 60
+    text = (
+        f"{runs} run{'s' if runs != 1 else ''} in {len(jobs)} job{'s' if len(jobs) != 1 else ''}, "
+        f"expected {minutes:,.0f} min on {workers} worker{'s' if workers != 1 else ''}"
+    )
+    later = sum(len(names) for names in trained.values()) * (max_seeds - n)
+    if later > 0:
+        text += f"; if it decides nothing, the looks after it add at most {later} runs (seeds {n}-{max_seeds - 1})"
+    return text
+
+
 def unfinished_runs(out: Path, trained: Mapping[str, Sequence[str]], n: int) -> list[str]:
     """'env variant seed k' for each run of a look (seeds 0..n-1 of `trained`) with no finished record."""
     return [
@@ -222,12 +241,14 @@ def dry_run_text(
     reference: str,
     copied: Collection[tuple[str, str, int]] = (),
     compared: Sequence[tuple[str, str]] | None = None,
+    workers: int = 1,
 ) -> str:
     """What the grid would train next, without training or writing anything: the looks whose runs are all
     finished already (a study switched to the sequential rule, a grid stopped between runs and judging)
     are judged in memory, as the grid would judge them, each told in one line, up to the first look with
-    runs to train, whose jobs are listed. `copied`: (env, variant, seed) of runs that would be copied
-    into the folder before the look rather than trained. `compared`: as `run_until_decided`."""
+    runs to train, whose jobs are listed with their expected time on `workers` (`look_cost_text`).
+    `copied`: (env, variant, seed) of runs that would be copied into the folder before the look rather
+    than trained. `compared`: as `run_until_decided`."""
     out = Path(request.out)
     state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants), compared))
     lines: list[str] = []
@@ -243,7 +264,8 @@ def dry_run_text(
             if seeds:
                 jobs.append(dataclasses.replace(job, seeds=seeds))
         if jobs:
-            return "\n".join([*lines, f"{head}: {grid.plan_text(jobs)}"])
+            cost = look_cost_text(jobs, trained, n, design.max_seeds, workers)
+            return "\n".join([*lines, f"{head}: {grid.plan_text(jobs)}", cost])
         if unfinished_runs(out, trained, n):
             return "\n".join([*lines, f"{head}: every run is finished or copied first; the look is judged next"])
         if data is None:  # read once: a dry run adds no run between looks

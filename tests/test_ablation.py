@@ -336,10 +336,12 @@ def test_a_sequential_ablation_copies_the_ends_from_the_campaign_rather_than_tra
         "would copy 20 finished runs (LunarLanderContinuous-v3: reference seeds 0-9, blog-sac2 seeds 0-9) "
         f"from {CAMPAIGN}, not train them"
     )
-    planned = [line.split() for line in said[2:]]
+    planned = [line.split() for line in said[2:-1]]
     names = {row[1] for row in planned}
     assert len(names) == 14 and not names & {"reference", "blog-sac2"}
     assert len(planned) == 14 * 2  # each ablated variant's seeds 0-3 as one job of 4 members, then seed 4
+    assert said[-1].startswith("70 runs in 28 jobs, expected ")
+    assert said[-1].endswith("if it decides nothing, the looks after it add at most 160 runs (seeds 5-14)")
     assert not out.exists()
 
 

@@ -482,7 +482,13 @@ def test_a_dry_run_prints_the_next_looks_runs_and_writes_nothing(tmp_path, capsy
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "look 1 of at most 2 (seeds 0-1): would train, in this order:"
     assert printed[1].split() == [ENV, "reference", "seed", "0", "(300", "steps)"]
-    assert len(printed) == 1 + 6  # three variants x seeds 0 and 1
+    assert len(printed) == 1 + 6 + 1  # three variants x seeds 0 and 1, then their cost
+    # No run in the folder yet: each is expected at grid.SECONDS_PER_MEMBER_STEP a step.
+    minutes = 6 * 300 * grid.SECONDS_PER_MEMBER_STEP / 60
+    assert printed[-1] == (
+        f"6 runs in 6 jobs, expected {minutes:,.0f} min on 1 worker; if it decides nothing, the looks after it "
+        "add at most 6 runs (seeds 2-3)"
+    )
     assert not (tmp_path / "g/looks.json").exists() and not (tmp_path / "g/runs").exists()
 
 
@@ -500,12 +506,19 @@ def test_a_dry_run_judges_in_memory_the_looks_whose_runs_are_finished_and_lists_
         "final_return, auc_return; 2 comparison(s) open)"
     )
     assert text[1] == "look 2 of at most 3 (seeds 0-3): would train, in this order:"
-    assert [line.split()[1:4] for line in text[2:]] == [
+    assert [line.split()[1:4] for line in text[2:-1]] == [
         ["reference", "seed", "2"],
         ["joint-update", "seed", "2"],
         ["reference", "seed", "3"],
         ["joint-update", "seed", "3"],
     ]
+    # Timed from look 1's runs of each variant; seeds 4-5 of the two follow if look 2 decides nothing.
+    jobs = sequential_grid.plan_look(req, {ENV: ["reference", "joint-update"]}, 4)
+    minutes = grid.estimate_seconds(jobs, 1) / 60
+    assert text[-1] == (
+        f"4 runs in 4 jobs, expected {minutes:,.0f} min on 1 worker; if it decides nothing, the looks after it "
+        "add at most 4 runs (seeds 4-5)"
+    )
     assert sorted(str(path) for path in tmp_path.rglob("*")) == before  # no looks.json, no run
 
 

@@ -67,7 +67,8 @@ def cmd_run_until_decided(
         if args.dry_run:
             if found:
                 print(f"would copy {_copy_summary(found)} from {copy_from}, not train them")
-            print(sequential_grid.dry_run_text(request, design, reference, copied=found, compared=compared))
+            workers = 1 if cuda else args.workers
+            print(sequential_grid.dry_run_text(request, design, reference, found, compared, workers))
             return 0
         out = request.out
         done = [run for run in found if records.copy_run(copy_from, out, *run)]
