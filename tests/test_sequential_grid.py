@@ -136,6 +136,15 @@ def test_a_comparison_still_open_at_the_maximum_stops_the_grid_at_max_seeds(tmp_
     assert "the maximum of 6 seeds reached" in looks.summary_lines(state)[0]
 
 
+def test_before_the_first_look_the_summary_is_the_design_line_alone(tmp_path):
+    # A grid stopped before look 1 was judged: no comparison has seeds yet, so none is listed as open.
+    req = request(tmp_path)
+    record = looks.design_record(DESIGN, "reference", req.envs, list(req.variants))
+    state = sequential_grid.start_or_resume(tmp_path, record)
+    lines = looks.summary_lines(state)
+    assert len(lines) == 1 and lines[0].endswith("0 of at most 3 looks judged; a rerun of the grid's command goes on")
+
+
 @pytest.mark.parametrize("stop_after", [1, 5, 8, 11])  # the whole grid trains 12 runs, 8 in look 1
 def test_a_grid_stopped_mid_look_resumes_to_the_same_decisions(tmp_path, monkeypatch, stop_after):
     whole = run(tmp_path / "whole", FakeTraining(), monkeypatch)

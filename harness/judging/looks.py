@@ -430,7 +430,8 @@ def comparison_text(c: Comparison, state: Looks) -> str:
 
 
 def summary_lines(state: Looks) -> list[str]:
-    """A line for the design and where the grid stands, then one per comparison."""
+    """A line for the design and where the grid stands, then one per comparison once a look has judged
+    them (before the first, every comparison would read 'open after look 0, 0 seeds')."""
     design = state.rule_design
     n = len(state.looks)
     where = {
@@ -451,7 +452,7 @@ def summary_lines(state: Looks) -> list[str]:
         )
         + f"; {where}"
     ]
-    for c in comparisons(state):
+    for c in comparisons(state) if state.looks else ():
         lines.append(f"  {c.env} {c.variant} vs {c.against}, {c.metric}: {comparison_text(c, state)}")
     return lines
 
