@@ -375,6 +375,25 @@ def test_stop_after_starts_no_run_that_would_end_past_the_limit(tmp_path, capsys
     assert not records.run_dir(out, "Pendulum-v1", "naive-tanh", 1).exists()  # a rerun trains it
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_stop_after_trains_the_seeds_of_a_job_that_fit_as_a_smaller_job(tmp_path, capsys, workers):
+    # Seed 0 took 20 min (its status.json says so): the 2-member job of seeds 1-2, expected 40 min, would
+    # end past a 30-min limit, so seed 1 trains alone and seed 2 waits for a rerun.
+    out = tmp_path / "g"
+    assert main(grid_args(out, 300, 1, "--workers", "1")) == 0
+    status = records.run_dir(out, "Pendulum-v1", "reference", 0) / "status.json"
+    records.write_json(status, {**records.read_json(status), "wall_s": 1200.0})
+    capsys.readouterr()
+    assert main(grid_args(out, 300, 3, "--workers", workers, "--members", "2", "--stop-after", "30")) == 0
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "Pendulum-v1 reference seed 2: not started: its expected 40 min would end past --stop-after" in text
+    assert "seed 1: not started" not in text
+    assert records.run_state(records.run_dir(out, "Pendulum-v1", "reference", 1)) == "complete"
+    assert records.read_json(records.run_dir(out, "Pendulum-v1", "reference", 1) / "config.json")["members"] == 1
+    assert not records.run_dir(out, "Pendulum-v1", "reference", 2).exists()  # a rerun trains it
+
+
 def test_stop_after_estimates_each_run_as_it_starts_from_the_runs_finished_since(tmp_path, capsys, monkeypatch):
     # Planned at 15 ms a step, seed 0 fits the limit; it then takes a day (its status.json says so), and
     # seed 1, estimated as it is about to start, no longer fits.
@@ -507,6 +526,39 @@ def test_a_job_that_resumes_from_its_checkpoint_is_expected_to_take_only_what_is
     checkpoint.unlink()
     checkpoint_previous(checkpoint).unlink(missing_ok=True)
     assert grid.job_seconds([job]) == [pytest.approx(full)]
+
+
+def test_a_job_resuming_from_its_checkpoint_is_not_split_to_fit_the_limit(tmp_path, monkeypatch):
+    # A 2-member job stopped at env step 120 of 300 would give up what it trained if it restarted as one
+    # seed; without its checkpoint it starts from step 0 anyway, and its first seed trains alone.
+    budget = budget_for("smoke", "Pendulum-v1", 300)
+    spec = dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32, hidden_sizes=(16, 16))
+    job = Job("reference", "", spec, {}, "Pendulum-v1", (0, 1), budget, str(tmp_path))
+    real = grid.train_claimed
+
+    def stopped_midway(job, on_progress, should_stop):
+        calls = iter(range(10_000))
+        return real(job, on_progress, lambda: next(calls) == 120)
+
+    monkeypatch.setattr(grid, "train_claimed", stopped_midway)
+    with pytest.raises(grid.Interrupted):
+        grid.execute([job], 1, log=lambda line: None)
+    resumed = grid.job_seconds([job])[0]  # 2 seeds x 300 steps x 15 ms, times 225/300 left
+    assert resumed == pytest.approx(2 * 300 * grid.SECONDS_PER_MEMBER_STEP * 225 / 300)
+    part, late = grid.in_time(job, time.time() + 0.75 * resumed)
+    assert part is None and [line.split(": ")[0] for line in late] == [
+        "Pendulum-v1 reference seed 0",
+        "Pendulum-v1 reference seed 1",
+    ]
+    checkpoint = checkpoint_path(job)
+    checkpoint.unlink()
+    checkpoint_previous(checkpoint).unlink(missing_ok=True)
+    whole = grid.job_seconds([job])[0]
+    part, late = grid.in_time(job, time.time() + 0.75 * whole)
+    assert part == dataclasses.replace(job, seeds=(0,)) and len(late) == 1
+    assert late[0].startswith("Pendulum-v1 reference seed 1: not started")
+    assert grid.in_time(job, time.time() + 2 * whole) == (job, [])
+    assert grid.in_time(job, None) == (job, [])
 
 
 def test_a_variant_with_no_runs_is_expected_to_take_as_long_as_its_kin(tmp_path):

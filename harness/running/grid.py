@@ -453,10 +453,26 @@ def too_late(job: Job, seconds: float, deadline: float | None) -> list[str]:
     ]
 
 
-def late_now(job: Job, deadline: float | None) -> list[str]:
-    """`too_late` for a job about to start, its expected time estimated now rather than when the grid
-    was planned: the runs finished since (this grid's own, another grid's on the same folder) count."""
-    return [] if deadline is None else too_late(job, job_seconds([job])[0], deadline)
+def in_time(job: Job, deadline: float | None) -> tuple[Job | None, list[str]]:
+    """The part of `job` to start now, and a `too_late` line for each seed left out, its expected time
+    estimated now rather than when the grid was planned (the runs finished since, this grid's own or
+    another grid's on the same folder, count). All of it when it is expected to end by `deadline`;
+    else, where it would start from env step 0, its first seeds as a smaller job, as many as are
+    expected to end in time, each at the whole job's time a seed (a 4-member job at the end of a session
+    becomes 2 members or a seed alone rather than leave the worker idle; the seeds left go to a rerun's
+    jobs); a job resuming from its checkpoint is not split, which would give up what it trained."""
+    if deadline is None:
+        return job, []
+    seconds = job_seconds([job])[0]
+    late = too_late(job, seconds, deadline)
+    if not late:
+        return job, []
+    if remaining_share(job) == 1.0:
+        for k in range(len(job.seeds) - 1, 0, -1):
+            part = dataclasses.replace(job, seeds=job.seeds[:k])
+            if not too_late(part, seconds * k / len(job.seeds), deadline):
+                return part, late[k:]
+    return None, late
 
 
 def _tune_worker() -> None:
@@ -521,10 +537,11 @@ def _report_progress(steps: int) -> None:
 
 
 def _run_job(job: Job) -> JobOutcome:
-    late = late_now(job, _deadline)
-    if late:
+    part, late = in_time(job, _deadline)
+    if part is None:
         return JobOutcome(job, [], late)
-    return train_claimed(job, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
+    outcome = train_claimed(part, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
+    return JobOutcome(job, outcome.rows, outcome.left_out + late)
 
 
 class Progress:
@@ -652,16 +669,16 @@ def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progres
     previous = signal.signal(signal.SIGINT, _request_stop)
     try:
         for job in jobs:
-            late = late_now(job, deadline)
-            if late:
+            part, late = in_time(job, deadline)
+            if part is None:
                 _record(JobOutcome(job, [], late), progress, rows)
                 continue
             try:
-                outcome = train_claimed(job, progress.steps, _stop_requested.is_set)
+                outcome = train_claimed(part, progress.steps, _stop_requested.is_set)
             except Interrupted as exc:
                 progress.log(f"interrupted: {exc}")
                 return True
-            _record(outcome, progress, rows)
+            _record(JobOutcome(job, outcome.rows, outcome.left_out + late), progress, rows)
     finally:
         signal.signal(signal.SIGINT, previous)
     return False
