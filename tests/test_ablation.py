@@ -323,9 +323,16 @@ def test_ablate_passes_runs_sequential_options_through(tmp_path: Path):
 
 
 def test_a_sequential_ablation_copies_the_ends_from_the_campaign_rather_than_training_them(tmp_path: Path):
-    # The committed LunarLander campaign holds 10 finished seeds of both ends: look 1 (5 seeds) trains
-    # only the ablated variants, and a dry run neither copies nor writes.
+    # The committed LunarLander campaign holds 10 finished seeds of blog-sac2 (decided at its look 1) and
+    # 10 or more of the reference (its grid goes on): each below --max-seeds is copied, look 1 (5 seeds)
+    # trains only the ablated variants, and a dry run neither copies nor writes.
     out = tmp_path / "out"
+    reference = sorted(
+        int(path.name.removeprefix("seed_"))
+        for path in (CAMPAIGN / "runs/LunarLanderContinuous-v3/reference").glob("seed_*")
+        if (path / "status.json").exists() and int(path.name.removeprefix("seed_")) < 15
+    )
+    assert reference == list(range(len(reference))) and len(reference) >= 10
     done = run_cli(
         "ablate", "blog-sac2", "--envs", "LunarLanderContinuous-v3", "--ends-from", str(CAMPAIGN),
         "--until-decided", "--max-seeds", "15", "--members", "4", "--dry-run", "--out", str(out), cwd=tmp_path,
@@ -333,8 +340,8 @@ def test_a_sequential_ablation_copies_the_ends_from_the_campaign_rather_than_tra
     assert done.returncode == 0, done.stderr
     said = done.stdout.splitlines()
     assert said[0] == (
-        "would copy 20 finished runs (LunarLanderContinuous-v3: reference seeds 0-9, blog-sac2 seeds 0-9) "
-        f"from {CAMPAIGN}, not train them"
+        f"would copy {len(reference) + 10} finished runs (LunarLanderContinuous-v3: reference seeds "
+        f"0-{reference[-1]}, blog-sac2 seeds 0-9) from {CAMPAIGN}, not train them"
     )
     planned = [line.split() for line in said[2:-1]]
     names = {row[1] for row in planned}
