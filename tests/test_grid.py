@@ -501,13 +501,11 @@ def test_a_stopped_grid_says_where_each_stopped_run_resumes(tmp_path, monkeypatc
     assert not (records.run_dir(tmp_path, "Pendulum-v1", "reference", 0) / "status.json").exists()
 
 
-def test_a_job_that_resumes_from_its_checkpoint_is_expected_to_take_only_what_is_left(tmp_path, monkeypatch):
-    # Stopped at env step 120 of 300: its folder recorded the diagnostics up to its last interval (75),
-    # so it is expected to take (300 - 75) / 300 of the 15 ms a step of a job with no runs to go by; the
-    # same job with its checkpoint gone restarts from step 0 and takes all of it.
-    budget = budget_for("smoke", "Pendulum-v1", 300)
+def stopped_at_step_120(out: Path, monkeypatch, seeds: tuple[int, ...]) -> Job:
+    """A small reference job of `seeds` (300 env steps) in `out`, interrupted at env step 120: its
+    checkpoint and partial run folders are left, as a stopped grid leaves them."""
     spec = dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32, hidden_sizes=(16, 16))
-    job = Job("reference", "", spec, {}, "Pendulum-v1", (0,), budget, str(tmp_path))
+    job = Job("reference", "", spec, {}, "Pendulum-v1", seeds, budget_for("smoke", "Pendulum-v1", 300), str(out))
     real = grid.train_claimed
 
     def stopped_midway(job, on_progress, should_stop):
@@ -517,6 +515,15 @@ def test_a_job_that_resumes_from_its_checkpoint_is_expected_to_take_only_what_is
     monkeypatch.setattr(grid, "train_claimed", stopped_midway)
     with pytest.raises(grid.Interrupted):
         grid.execute([job], 1, log=lambda line: None)
+    return job
+
+
+def test_a_job_that_resumes_from_its_checkpoint_is_expected_to_take_only_what_is_left(tmp_path, monkeypatch):
+    # Stopped at env step 120 of 300: its folder recorded the diagnostics up to its last interval (75),
+    # so it is expected to take (300 - 75) / 300 of the 15 ms a step of a job with no runs to go by; the
+    # same job with its checkpoint gone restarts from step 0 and takes all of it.
+    job = stopped_at_step_120(tmp_path, monkeypatch, (0,))
+    budget = job.budget
     recorded = records.recorded_steps(records.run_dir(tmp_path, "Pendulum-v1", "reference", 0))[0]
     assert recorded == 75 and budget.diag_every == 75
     full = 300 * grid.SECONDS_PER_MEMBER_STEP
@@ -531,18 +538,7 @@ def test_a_job_that_resumes_from_its_checkpoint_is_expected_to_take_only_what_is
 def test_a_job_resuming_from_its_checkpoint_is_not_split_to_fit_the_limit(tmp_path, monkeypatch):
     # A 2-member job stopped at env step 120 of 300 would give up what it trained if it restarted as one
     # seed; without its checkpoint it starts from step 0 anyway, and its first seed trains alone.
-    budget = budget_for("smoke", "Pendulum-v1", 300)
-    spec = dataclasses.replace(CATALOG["reference"].spec, learning_starts=50, batch_size=32, hidden_sizes=(16, 16))
-    job = Job("reference", "", spec, {}, "Pendulum-v1", (0, 1), budget, str(tmp_path))
-    real = grid.train_claimed
-
-    def stopped_midway(job, on_progress, should_stop):
-        calls = iter(range(10_000))
-        return real(job, on_progress, lambda: next(calls) == 120)
-
-    monkeypatch.setattr(grid, "train_claimed", stopped_midway)
-    with pytest.raises(grid.Interrupted):
-        grid.execute([job], 1, log=lambda line: None)
+    job = stopped_at_step_120(tmp_path, monkeypatch, (0, 1))
     resumed = grid.job_seconds([job])[0]  # 2 seeds x 300 steps x 15 ms, times 225/300 left
     assert resumed == pytest.approx(2 * 300 * grid.SECONDS_PER_MEMBER_STEP * 225 / 300)
     part, late = grid.in_time(job, time.time() + 0.75 * resumed)
