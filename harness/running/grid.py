@@ -536,12 +536,20 @@ def _report_progress(steps: int) -> None:
         _progress_queue.put(steps)
 
 
-def _run_job(job: Job) -> JobOutcome:
-    part, late = in_time(job, _deadline)
+def train_in_time(
+    job: Job, deadline: float | None, on_progress: Callable[[int, int], None], should_stop: Callable[[], bool]
+) -> JobOutcome:
+    """`train_claimed` on the part of `job` expected to end by `deadline` (`in_time`); the seeds left
+    out are named in the outcome's left_out."""
+    part, late = in_time(job, deadline)
     if part is None:
         return JobOutcome(job, [], late)
-    outcome = train_claimed(part, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
+    outcome = train_claimed(part, on_progress, should_stop)
     return JobOutcome(job, outcome.rows, outcome.left_out + late)
+
+
+def _run_job(job: Job) -> JobOutcome:
+    return train_in_time(job, _deadline, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
 
 
 class Progress:
@@ -669,16 +677,12 @@ def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progres
     previous = signal.signal(signal.SIGINT, _request_stop)
     try:
         for job in jobs:
-            part, late = in_time(job, deadline)
-            if part is None:
-                _record(JobOutcome(job, [], late), progress, rows)
-                continue
             try:
-                outcome = train_claimed(part, progress.steps, _stop_requested.is_set)
+                outcome = train_in_time(job, deadline, progress.steps, _stop_requested.is_set)
             except Interrupted as exc:
                 progress.log(f"interrupted: {exc}")
                 return True
-            _record(JobOutcome(job, outcome.rows, outcome.left_out + late), progress, rows)
+            _record(outcome, progress, rows)
     finally:
         signal.signal(signal.SIGINT, previous)
     return False
