@@ -17,6 +17,7 @@ judging never import each other); the command line only hands over to it.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def run_until_decided(
     with) pairs, where not every variant against the reference (an ablation's attribution). Raises
     SequentialGridError, grid.ConfigConflict, and `Interrupted` on Ctrl-C (finished runs and judged looks
     kept)."""
-    out = Path(request.out)
+    out, started = Path(request.out), time.time()  # the runs finished since pace every look's estimates
     state = start_or_resume(out, looks.design_record(design, reference, request.envs, list(request.variants), compared))
     while state.end is None:
         look, trained = len(state.looks) + 1, looks.open_variants(state)
@@ -168,7 +169,7 @@ def run_until_decided(
         )
         queue = records.hold_queue(out, [(job.env_id, job.variant, seed) for job in jobs for seed in job.seeds])
         try:
-            grid.execute(jobs, workers, log=log, on_finished=on_finished, deadline=deadline)
+            grid.execute(jobs, workers, log=log, on_finished=on_finished, deadline=deadline, paced_since=started)
         finally:
             queue.release()
         waiting = unfinished_runs(out, trained, n)

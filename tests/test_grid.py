@@ -588,6 +588,42 @@ def test_a_variant_with_no_runs_is_expected_to_take_as_long_as_its_kin(tmp_path)
     ]
 
 
+def test_a_grid_paces_its_estimates_by_its_kins_runs_finished_since_it_began(tmp_path):
+    # The reference's own runs were timed a day ago on a quieter host (100 s a seed); alpha-loss's just
+    # finished at 200 s a seed under the load the grid runs under now. A bf16 run (another precision)
+    # does not pace an fp32 job, and a variant whose own runs are slower than the pace keeps its own.
+    budget = budget_for("smoke", "Pendulum-v1", 300)
+    now = time.time()
+    for variant, seed, wall, spec, finished in (
+        ("reference", 0, 100.0, CATALOG["reference"].spec, now - 86_400),
+        ("reference", 1, 100.0, CATALOG["reference"].spec, now - 86_400),
+        ("reward-scaled", 0, 300.0, CATALOG["reward-scaled"].spec, now - 86_400),
+        ("alpha-loss", 0, 200.0, CATALOG["alpha-loss"].spec, now),
+        ("alpha-loss", 1, 200.0, CATALOG["alpha-loss"].spec, now),
+        ("bf16", 0, 1000.0, CATALOG["bf16"].spec, now),
+    ):
+        folder = records.run_dir(tmp_path, "Pendulum-v1", variant, seed)
+        records.write_json(folder / "status.json", {"state": "complete", "env_steps": 300, "wall_s": wall})
+        records.write_json(
+            folder / "config.json",
+            {"members": 1, "budget": {"total_steps": 300}, "spec": spec.to_dict(), "implementation": "native"},
+        )
+        os.utime(folder / "status.json", (finished, finished))
+
+    def job(variant, seeds):
+        return Job(variant, "", CATALOG[variant].spec, {}, "Pendulum-v1", seeds, budget, str(tmp_path))
+
+    reference, reward_scaled = job("reference", (2, 3)), job("reward-scaled", (1,))
+    began = now - 3600
+    assert grid.job_seconds([reference, reward_scaled]) == [200.0, 300.0]
+    assert grid.job_seconds([reference, reward_scaled], paced_since=began) == [400.0, 300.0]
+    # Paced, the 2-seed job no longer fits 300 s: its first seed starts alone.
+    assert grid.in_time(reference, time.time() + 300) == (reference, [])
+    part, late = grid.in_time(reference, time.time() + 300, paced_since=began)
+    assert part == dataclasses.replace(reference, seeds=(2,))
+    assert [line.split(": ")[0] for line in late] == ["Pendulum-v1 reference seed 3"]
+
+
 def test_a_burst_of_sigints_stops_a_worker_without_deadlocking_it():
     # The handler runs between two bytecodes of whatever it interrupts, itself included: one that took a
     # lock (threading.Event.set) hung a worker as soon as a second SIGINT landed inside the first handler,

@@ -64,7 +64,7 @@ class FakeTraining:
         self.trained: list[tuple[str, int]] = []
         self.stop_after = stop_after
 
-    def __call__(self, jobs, workers, log=print, on_finished=None, deadline=None):
+    def __call__(self, jobs, workers, log=print, on_finished=None, deadline=None, paced_since=None):
         for job in jobs:
             for seed in job.seeds:
                 if self.stop_after is not None and len(self.trained) >= self.stop_after:

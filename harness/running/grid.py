@@ -363,7 +363,7 @@ def emulated_bf16_warning(jobs: Sequence[Job], device: str) -> str | None:
     )
 
 
-def job_seconds(jobs: Sequence[Job]) -> list[float]:
+def job_seconds(jobs: Sequence[Job], paced_since: float | None = None) -> list[float]:
     """Each job's expected wall time, per seed: the median wall time of the complete runs of its variant
     and env already in its results folder (same budget); where there are none, that of its failed runs
     of the same budget (an exception at a given step, as critic-first's at its first update, recurs on
@@ -373,7 +373,13 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
     not the slowest, as a variant's own runs give, so one run slowed by a paused or shared CPU does not
     hold the grid's other jobs back); else SECONDS_PER_MEMBER_STEP a step. A run trained as one of m
     members records its whole job's wall time, so it counts as that time / m a seed. A job that resumes
-    from a checkpoint is expected to take only its `remaining_share`."""
+    from a checkpoint is expected to take only its `remaining_share`.
+
+    `paced_since` (time.time(), a grid's start): a job is expected to take at least the median time a
+    seed of the runs of its kin (its own variant's included) that finished since, timed under the load
+    the grid trains under now, where a variant's own runs may have been timed on a quieter host (a job
+    started on too short an estimate can run past --stop-after and be lost with the machine; one held
+    back by too long an estimate only splits or leaves its worker idle)."""
     finished = {folder: collect_runs(Path(folder), verified=False) for folder in {job.out for job in jobs}}
     out: list[float] = []
     for job in jobs:
@@ -397,6 +403,16 @@ def job_seconds(jobs: Sequence[Job]) -> list[float]:
         if not walls:
             walls = _kin_seconds([(row, path) for row, path in same_env if row["variant"] != job.variant], job)
         per_seed = float(np.median(walls)) if walls else job.budget.total_steps * SECONDS_PER_MEMBER_STEP
+        if paced_since is not None:
+            paced = [
+                row["wall_s"] / recorded_members(path)
+                for row, path in same_env
+                if row["state"] == "complete"
+                and row["env_steps"] == job.budget.total_steps
+                and is_kin(path, job)
+                and finished_since(path, paced_since)
+            ]
+            per_seed = max([per_seed, *([float(np.median(paced))] if paced else [])])
         out.append(per_seed * len(job.seeds) * remaining_share(job))
     return out
 
@@ -412,22 +428,38 @@ def remaining_share(job: Job) -> float:
     return max(0.0, 1.0 - min(d or 0 for d in done) / job.budget.total_steps)
 
 
+def is_kin(path: Path, job: Job) -> bool:
+    """Whether the run in `path` was trained by `job`'s implementation in `job`'s precision (so it costs
+    about what `job` costs a step); False when its config cannot be read."""
+    try:
+        config = records.read_json(path / "config.json")
+    except (OSError, ValueError):
+        return False
+    if not isinstance(config, dict):
+        return False
+    return (
+        config.get("implementation", "native") == job.implementation
+        and records.recorded_spec(config).get("precision") == job.spec.precision
+    )
+
+
+def finished_since(path: Path, since: float) -> bool:
+    """Whether the run in `path` recorded its end (status.json, written once, atomically) at or after
+    `since` (time.time()). For times within one session only: a clone stamps every file with its own
+    time."""
+    try:
+        return (path / "status.json").stat().st_mtime >= since
+    except OSError:
+        return False
+
+
 def _kin_seconds(others: Sequence[tuple[dict, Path]], job: Job) -> list[float]:
     """Each variant's median wall time a seed, from the complete runs among `others` (rows and
     folders of other variants in `job`'s env) of `job`'s budget, implementation and precision; [] when
     there are none."""
     by_variant: dict[str, list[float]] = {}
     for row, path in others:
-        if row["state"] != "complete" or row["env_steps"] != job.budget.total_steps:
-            continue
-        try:
-            config = records.read_json(path / "config.json")
-        except (OSError, ValueError):
-            continue
-        if not isinstance(config, dict):
-            continue
-        kin = config.get("implementation", "native") == job.implementation
-        if kin and records.recorded_spec(config).get("precision") == job.spec.precision:
+        if row["state"] == "complete" and row["env_steps"] == job.budget.total_steps and is_kin(path, job):
             by_variant.setdefault(row["variant"], []).append(row["wall_s"] / recorded_members(path))
     return [float(np.median(walls)) for walls in by_variant.values()]
 
@@ -439,6 +471,7 @@ def estimate_seconds(jobs: Sequence[Job], workers: int) -> float:
 # --- a time limit: start no job that would not finish in time (a cluster's walltime, a session) -----
 
 _deadline: float | None = None  # time.time() by which every started job should have finished
+_paced_since: float | None = None  # time.time() when the grid began (job_seconds' paced_since)
 
 
 def too_late(job: Job, seconds: float, deadline: float | None) -> list[str]:
@@ -453,17 +486,18 @@ def too_late(job: Job, seconds: float, deadline: float | None) -> list[str]:
     ]
 
 
-def in_time(job: Job, deadline: float | None) -> tuple[Job | None, list[str]]:
+def in_time(job: Job, deadline: float | None, paced_since: float | None = None) -> tuple[Job | None, list[str]]:
     """The part of `job` to start now, and a `too_late` line for each seed left out, its expected time
     estimated now rather than when the grid was planned (the runs finished since, this grid's own or
     another grid's on the same folder, count). All of it when it is expected to end by `deadline`;
     else, where it would start from env step 0, its first seeds as a smaller job, as many as are
     expected to end in time, each at the whole job's time a seed (a 4-member job at the end of a session
     becomes 2 members or a seed alone rather than leave the worker idle; the seeds left go to a rerun's
-    jobs); a job resuming from its checkpoint is not split, which would give up what it trained."""
+    jobs); a job resuming from its checkpoint is not split, which would give up what it trained.
+    `paced_since`: as `job_seconds`'."""
     if deadline is None:
         return job, []
-    seconds = job_seconds([job])[0]
+    seconds = job_seconds([job], paced_since)[0]
     late = too_late(job, seconds, deadline)
     if not late:
         return job, []
@@ -521,9 +555,9 @@ def _request_stop(signum, frame) -> None:
     _stop_requested.set()
 
 
-def _worker_init(progress_queue, deadline: float | None = None) -> None:
-    global _progress_queue, _deadline
-    _progress_queue, _deadline = progress_queue, deadline
+def _worker_init(progress_queue, deadline: float | None = None, paced_since: float | None = None) -> None:
+    global _progress_queue, _deadline, _paced_since
+    _progress_queue, _deadline, _paced_since = progress_queue, deadline, paced_since
     _tune_worker()
     signal.signal(signal.SIGINT, _request_stop)
 
@@ -537,11 +571,15 @@ def _report_progress(steps: int) -> None:
 
 
 def train_in_time(
-    job: Job, deadline: float | None, on_progress: Callable[[int, int], None], should_stop: Callable[[], bool]
+    job: Job,
+    deadline: float | None,
+    on_progress: Callable[[int, int], None],
+    should_stop: Callable[[], bool],
+    paced_since: float | None = None,
 ) -> JobOutcome:
     """`train_claimed` on the part of `job` expected to end by `deadline` (`in_time`); the seeds left
     out are named in the outcome's left_out."""
-    part, late = in_time(job, deadline)
+    part, late = in_time(job, deadline, paced_since)
     if part is None:
         return JobOutcome(job, [], late)
     outcome = train_claimed(part, on_progress, should_stop)
@@ -549,7 +587,9 @@ def train_in_time(
 
 
 def _run_job(job: Job) -> JobOutcome:
-    return train_in_time(job, _deadline, lambda n, members: _report_progress(n * members), _stop_requested.is_set)
+    return train_in_time(
+        job, _deadline, lambda n, members: _report_progress(n * members), _stop_requested.is_set, _paced_since
+    )
 
 
 class Progress:
@@ -647,23 +687,27 @@ def execute(
     log=_print_flushed,
     on_finished: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
+    paced_since: float | None = None,
 ) -> list[dict]:
     """Run `jobs` on `workers` processes (in this process when workers == 1); returns runs.csv rows.
 
     `on_finished(runs done, runs planned)` is called after each job's runs are recorded (a live report).
     `deadline` (time.time()): a job whose expected duration (`job_seconds`, estimated as it is about
-    to start) would end past it is not started (one line each); started jobs run to their end.
+    to start, paced by the runs finished since `paced_since`, the grid's start, by default this call's)
+    would end past it is not started, or starts as its first seeds that fit (one line for each seed
+    left out); started jobs run to their end.
     On Ctrl-C every running job stops (a native job after writing a checkpoint; a Stable-Baselines3
     job, which keeps none, to restart from its start) and logs where; `Interrupted` is then raised here.
     """
     rows: list[dict] = []
     progress = Progress(jobs, log=log, on_finished=on_finished)
     interrupted = False
+    paced_since = time.time() if paced_since is None else paced_since
     try:
         if workers <= 1 or len(jobs) <= 1:
-            interrupted = _execute_here(jobs, deadline, progress, rows)
+            interrupted = _execute_here(jobs, deadline, paced_since, progress, rows)
         else:
-            interrupted = _execute_pool(jobs, deadline, workers, progress, rows)
+            interrupted = _execute_pool(jobs, deadline, paced_since, workers, progress, rows)
     finally:
         progress.close()
     if interrupted:
@@ -671,14 +715,16 @@ def execute(
     return rows
 
 
-def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progress, rows: list[dict]) -> bool:
+def _execute_here(
+    jobs: Sequence[Job], deadline: float | None, paced_since: float, progress: Progress, rows: list[dict]
+) -> bool:
     _tune_worker()
     _stop_requested.clear()
     previous = signal.signal(signal.SIGINT, _request_stop)
     try:
         for job in jobs:
             try:
-                outcome = train_in_time(job, deadline, progress.steps, _stop_requested.is_set)
+                outcome = train_in_time(job, deadline, progress.steps, _stop_requested.is_set, paced_since)
             except Interrupted as exc:
                 progress.log(f"interrupted: {exc}")
                 return True
@@ -689,13 +735,18 @@ def _execute_here(jobs: Sequence[Job], deadline: float | None, progress: Progres
 
 
 def _execute_pool(
-    jobs: Sequence[Job], deadline: float | None, workers: int, progress: Progress, rows: list[dict]
+    jobs: Sequence[Job],
+    deadline: float | None,
+    paced_since: float,
+    workers: int,
+    progress: Progress,
+    rows: list[dict],
 ) -> bool:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     interrupted = False
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(queue, deadline)
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(queue, deadline, paced_since)
     ) as pool:
         # Workers start with SIGINT ignored (inherited through spawn) until their initializer installs
         # the checkpoint-and-stop handler: a Ctrl-C while they import torch must not kill them.
