@@ -188,7 +188,8 @@ def _add_reporting_options(run: argparse.ArgumentParser) -> None:
         "this folder's complete runs of the same variant, env and budget, else its failed ones, "
         "else the other variants' of that env and budget, same implementation and precision, "
         "else 15 ms a step; a run resumed from its checkpoint, the share of its budget left; "
-        "estimated as each run is about to start; a job of several members that would end too late "
+        "estimated as each run is about to start, never below the time a seed of its kin's runs finished "
+        "since the grid began; a job of several members that would end too late "
         "starts with the seeds that fit); the runs not started stay for a rerun (a cluster's walltime, "
         "a session's end)",
     )
