@@ -412,7 +412,8 @@ def job_seconds(jobs: Sequence[Job], paced_since: float | None = None) -> list[f
                 and is_kin(path, job)
                 and finished_since(path, paced_since)
             ]
-            per_seed = max([per_seed, *([float(np.median(paced))] if paced else [])])
+            if paced:
+                per_seed = max(per_seed, float(np.median(paced)))
         out.append(per_seed * len(job.seeds) * remaining_share(job))
     return out
 
