@@ -409,8 +409,8 @@ def job_seconds(jobs: Sequence[Job], paced_since: float | None = None) -> list[f
                 for row, path in same_env
                 if row["state"] == "complete"
                 and row["env_steps"] == job.budget.total_steps
-                and is_kin(path, job)
                 and finished_since(path, paced_since)
+                and is_kin(path, job)
             ]
             if paced:
                 per_seed = max(per_seed, float(np.median(paced)))
